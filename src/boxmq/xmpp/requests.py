@@ -150,27 +150,27 @@ _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")  # XEP-0
 # XEP-0060 §8.1.2: a create without a node asks for an instant node, which is not served
 _INSTANT_NODE: Final = Condition("modify", "not-acceptable", "nodeid-required")
 
-# XEP-0060's name for the feature each request not served here belongs to (§4.6's list).
+# XEP-0060's name for the feature each request not served here belongs to (§4.6's list); the
+# ones served are answered before these are looked at.
 _FEATURES: Final = {
     "affiliations": "retrieve-affiliations",
-    "create": "create-nodes",
     "default": "retrieve-default",
     "items": "retrieve-items",
     "options": "subscription-options",
-    "publish": "publish",
-    "retract": "retract-items",
-    "subscribe": "subscribe",
     "subscriptions": "retrieve-subscriptions",
-    "unsubscribe": "subscribe",
 }
 _OWNER_FEATURES: Final = {
     "affiliations": "modify-affiliations",
-    "configure": "config-node",
     "default": "retrieve-default",
-    "delete": "delete-nodes",
     "purge": "purge-nodes",
     "subscriptions": "manage-subscriptions",
 }
+
+
+# Requests served here that XEP-0060 sends as type='set' only: as a get they are malformed,
+# and feature-not-implemented would deny a feature disco advertises.
+_SET_ONLY: Final = frozenset({"create", "publish", "subscribe", "unsubscribe"})
+_OWNER_SET_ONLY: Final = frozenset({"delete"})
 
 
 def not_implemented(feature: str) -> Condition:
@@ -268,7 +268,7 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
         if not node:
             raise StanzaError(_INSTANT_NODE, "name the node: instant nodes are not served here")
         return Create(node)
-    raise _not_served(_FEATURES, f"pubsub {name} ({iq.type})", name)
+    raise _not_served(_FEATURES, f"pubsub {name} ({iq.type})", name, served=_SET_ONLY)
 
 
 def _jid(verb: Element, iq: Iq) -> str:
@@ -291,9 +291,14 @@ def _verb(pubsub: Element) -> Element:
     return pubsub[0]
 
 
-def _not_served(features: Mapping[str, str], what: str, name: str) -> StanzaError:
-    """A pubsub request boxmq does not serve: feature-not-implemented naming its XEP-0060
-    feature if it is one, else bad-request (no such request)."""
+def _not_served(
+    features: Mapping[str, str], what: str, name: str, *, served: frozenset[str]
+) -> StanzaError:
+    """A pubsub request boxmq does not serve: bad-request if it is one served as a set sent
+    as a get, feature-not-implemented naming its XEP-0060 feature if it is one, else
+    bad-request (no such request)."""
+    if name in served:
+        return StanzaError(BAD_REQUEST, f"{what}: send it as an iq of type 'set'")
     if name in features:
         return StanzaError(not_implemented(features[name]), f"{what} is not served here")
     return StanzaError(BAD_REQUEST, f"{what} is no pubsub request")
@@ -315,7 +320,9 @@ def _owner(iq: Iq, pubsub: Element) -> Request:
         return Delete(_node(verb.get("node")))
     if name == "configure":
         return Configure(_node(verb.get("node")), submit=iq.type == "set")
-    raise _not_served(_OWNER_FEATURES, f"pubsub#owner {name} ({iq.type})", name)
+    raise _not_served(
+        _OWNER_FEATURES, f"pubsub#owner {name} ({iq.type})", name, served=_OWNER_SET_ONLY
+    )
 
 
 def _qos(child: Element) -> Request:

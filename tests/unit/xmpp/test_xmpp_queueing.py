@@ -798,6 +798,30 @@ def test_feature_not_implemented_names_the_feature(
     assert _unsupported(reply) == feature  # XEP-0060: <unsupported feature=.../>
 
 
+@pytest.mark.parametrize(
+    "inner",
+    [
+        f"<pubsub xmlns='{PS}'><publish node='jobs'><item><a xmlns='urn:a'/></item></publish>"
+        "</pubsub>",
+        f"<pubsub xmlns='{PS}'><create node='made'/></pubsub>",
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/></pubsub>",
+        f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>",
+        f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><delete node='jobs'/></pubsub>",
+    ],
+)
+def test_a_served_request_sent_as_a_get_is_bad_request_not_an_unserved_feature(
+    wire: Wire, inner: str
+) -> None:
+    # XEP-0060 sends these as type='set'. As a get they were answered feature-not-implemented
+    # naming a feature disco advertises (before 2026-11-30): a client would take the service
+    # for one without publish or subscribe. The request is malformed, and nothing is done.
+    reply = wire.iq(ALICE, inner, type="get")
+    assert condition(reply) == ("modify", "bad-request")
+    assert _unsupported(reply) is None
+    assert wire.create("jobs").get("type") == "error"  # jobs not deleted (conflict: it exists)
+    assert wire.create("made").get("type") == "result"  # made not made
+
+
 def test_subscription_options_are_not_advertised(wire: Wire) -> None:
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
     features = {f.get("var") for f in reply.iter(ns.tag(ns.DISCO_INFO, "feature"))}
