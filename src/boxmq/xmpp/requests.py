@@ -31,6 +31,7 @@ __all__ = [
     "QosDeliver",
     "Request",
     "Retract",
+    "RetrieveSubscriptions",
     "Subscribe",
     "Unlock",
     "Unsubscribe",
@@ -93,6 +94,11 @@ class Unsubscribe:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrieveSubscriptions:
+    node: str | None  # XEP-0060 §5.6: those of one node, or all the requester's
+
+
+@dataclass(frozen=True, slots=True)
 class Publish:
     node: str
     item_id: str | None
@@ -135,6 +141,7 @@ Request = (
     | Configure
     | Subscribe
     | Unsubscribe
+    | RetrieveSubscriptions
     | Publish
     | Retract
     | Unlock
@@ -157,7 +164,6 @@ _FEATURES: Final = {
     "default": "retrieve-default",
     "items": "retrieve-items",
     "options": "subscription-options",
-    "subscriptions": "retrieve-subscriptions",
 }
 _OWNER_FEATURES: Final = {
     "affiliations": "modify-affiliations",
@@ -264,6 +270,8 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
         return Subscribe(_node(node), _jid(verb, iq), _options(pubsub))
     if name == "unsubscribe" and setter:
         return Unsubscribe(_node(node), _jid(verb, iq), verb.get("subid") or None)
+    if name == "subscriptions" and not setter:
+        return RetrieveSubscriptions(node or None)
     if name == "create" and setter:
         if not node:
             raise StanzaError(_INSTANT_NODE, "name the node: instant nodes are not served here")

@@ -66,6 +66,7 @@ from boxmq.xmpp.requests import (
     QosDeliver,
     Request,
     Retract,
+    RetrieveSubscriptions,
     Subscribe,
     Unlock,
     Unsubscribe,
@@ -90,6 +91,7 @@ FEATURES: Final = (
     ns.PUBSUB + "#config-node",
     ns.PUBSUB + "#publish",
     ns.PUBSUB + "#retract-items",
+    ns.PUBSUB + "#retrieve-subscriptions",
     ns.PUBSUB + "#subscribe",
     ns.PUBSUB + "#subscription-notifications",  # XEP-0060: a MUST for who sends them
     ns.QUEUEING,
@@ -397,6 +399,8 @@ class QueueService:
                 return self._subscribe(iq, request)
             case Unsubscribe():
                 return self._unsubscribe(iq, request)
+            case RetrieveSubscriptions():
+                return self._subscriptions_of(iq, request)
             case QosAcknowledged() | QosAssured() | QosDeliver():
                 return self._qos(iq, request)
             case DiscoInfo():
@@ -548,6 +552,20 @@ class QueueService:
             existing.queue_requests, existing.qos = count, level
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
 
+    def _subscriptions_of(self, iq: Iq, request: RetrieveSubscriptions) -> str:
+        """XEP-0060 §5.6: the requester's subscriptions (its full JID's: each resource
+        subscribes on its own), those to one node if it names one."""
+        mine = sorted(
+            (s for s in self._subscriptions.of_jid(iq.sender) if request.node in (None, s.node)),
+            key=lambda s: s.node,
+        )
+        listed = "".join(_subscription_element(s, "subscribed") for s in mine)
+        node = "" if request.node is None else f" node={_attr(request.node)}"
+        return render.result(
+            iq,
+            f"<pubsub xmlns='{ns.PUBSUB}'><subscriptions{node}>{listed}</subscriptions></pubsub>",
+        )
+
     def _subscription_xml(self, subscription: Subscription, state: str) -> str:
         options = render.form(
             ns.SUBSCRIBE_OPTIONS,
@@ -558,9 +576,8 @@ class QueueService:
             type="result",
         )
         return (
-            f"<pubsub xmlns='{ns.PUBSUB}'><subscription jid={_attr(bare(subscription.jid))} "
-            f"node={_attr(subscription.node)} subid={_attr(consumer_name(subscription.jid))} "
-            f"subscription='{state}'/><options>{options}</options></pubsub>"
+            f"<pubsub xmlns='{ns.PUBSUB}'>{_subscription_element(subscription, state)}"
+            f"<options>{options}</options></pubsub>"
         )
 
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
@@ -856,6 +873,13 @@ class QueueService:
             self._records.remove(subscription.jid, subscription.node)
         subscription.held.clear()
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers
+
+
+def _subscription_element(subscription: Subscription, state: str) -> str:
+    return (
+        f"<subscription jid={_attr(bare(subscription.jid))} node={_attr(subscription.node)} "
+        f"subid={_attr(consumer_name(subscription.jid))} subscription='{state}'/>"
+    )
 
 
 def _published(iq: Iq, node: str, item_id: str) -> str:

@@ -780,7 +780,6 @@ def _unsupported(reply: ET.Element) -> str | None:
             "subscription-options",
         ),
         (f"<pubsub xmlns='{PS}'><items node='jobs'/></pubsub>", "get", "retrieve-items"),
-        (f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", "get", "retrieve-subscriptions"),
         (f"<pubsub xmlns='{PS}'><affiliations/></pubsub>", "get", "retrieve-affiliations"),
         (f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><purge node='jobs'/></pubsub>", "set", "purge-nodes"),
         (
@@ -820,6 +819,44 @@ def test_a_served_request_sent_as_a_get_is_bad_request_not_an_unserved_feature(
     assert _unsupported(reply) is None
     assert wire.create("jobs").get("type") == "error"  # jobs not deleted (conflict: it exists)
     assert wire.create("made").get("type") == "result"  # made not made
+
+
+def test_a_subscriber_retrieves_its_subscriptions_all_or_of_one_node(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # slixmpp's get_subscriptions(service[, node]), XEP-0060 §5.6: before 2026-11-30 it was
+    # feature-not-implemented, and a client could not learn whether it was still subscribed
+    box.queue("mail")
+    jobs_subid = _subid(wire.subscribe(ALICE, 1))
+    mail_subid = _subid(wire.subscribe(ALICE, 2, node="mail"))
+    wire.subscribe(BOB, 1)  # another's: not listed
+
+    def subscriptions(node: str = "") -> tuple[str | None, list[dict[str, str]]]:
+        attribute = f" node='{node}'" if node else ""
+        reply = wire.iq(
+            ALICE, f"<pubsub xmlns='{PS}'><subscriptions{attribute}/></pubsub>", type="get"
+        )
+        assert reply.get("type") == "result", ET.tostring(reply)
+        listed = reply.find(f"{{{PS}}}pubsub/{{{PS}}}subscriptions")
+        assert listed is not None
+        return listed.get("node"), [dict(s.attrib) for s in listed]
+
+    alice = {"jid": "alice@localhost", "subscription": "subscribed"}
+    assert subscriptions() == (
+        None,
+        [
+            {**alice, "node": "jobs", "subid": jobs_subid},
+            {**alice, "node": "mail", "subid": mail_subid},
+        ],
+    )
+    assert subscriptions("mail") == ("mail", [{**alice, "node": "mail", "subid": mail_subid}])
+    wire.iq(
+        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+    )
+    assert subscriptions("jobs") == ("jobs", [])
+    disco = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
+    features = {f.get("var") for f in disco.iter(ns.tag(ns.DISCO_INFO, "feature"))}
+    assert ns.PUBSUB + "#retrieve-subscriptions" in features
 
 
 def test_subscription_options_are_not_advertised(wire: Wire) -> None:
