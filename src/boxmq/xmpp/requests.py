@@ -189,6 +189,7 @@ _OWNER = ns.tag(ns.PUBSUB_OWNER, "pubsub")
 _PUBLISH = ns.tag(ns.PUBSUB, "publish")
 _RETRACT = ns.tag(ns.PUBSUB, "retract")
 _ITEM = ns.tag(ns.PUBSUB, "item")
+_PUBLISH_OPTIONS = ns.tag(ns.PUBSUB, "publish-options")
 _QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
 _QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
 
@@ -258,6 +259,8 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
     if tag == _RETRACT:  # get or set: XEP-0254 Listing 6 uses get
         return Retract(_node(verb.get("node")), _item_id(verb))
     if tag == _PUBLISH and iq.type == "set":
+        if len(pubsub) > 1:  # a look only where there is more than the <publish/>
+            _refuse_publish_options(pubsub)
         return _publish(verb)
     name = tag.rsplit("}", 1)[-1]
     node = verb.get("node")
@@ -310,6 +313,22 @@ def _not_served(
     if name in features:
         return StanzaError(not_implemented(features[name]), f"{what} is not served here")
     return StanzaError(BAD_REQUEST, f"{what} is no pubsub request")
+
+
+def _refuse_publish_options(pubsub: Element) -> None:
+    """XEP-0060 §7.1.5: publish options are preconditions the node must meet (an access
+    model, say). A node here has none to meet them with, and a publish that dropped them
+    would go where its publisher forbade it to: refused, unless the form asks nothing."""
+    options = pubsub.find(_PUBLISH_OPTIONS)
+    if options is None:
+        return
+    for field in options.iter(ns.tag(ns.DATA, "field")):
+        if field.get("var") != "FORM_TYPE":
+            raise StanzaError(
+                not_implemented("publish-options"),
+                f"publish options ({field.get('var')}, ...) are not served here: "
+                "publish without them",
+            )
 
 
 def _publish(verb: Element) -> Publish:

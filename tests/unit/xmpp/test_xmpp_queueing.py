@@ -9,7 +9,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, PS, Wire, condition, in_stream, wired
+from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, Wire, condition, in_stream, wired
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -857,6 +857,32 @@ def test_a_subscriber_retrieves_its_subscriptions_all_or_of_one_node(
     disco = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
     features = {f.get("var") for f in disco.iter(ns.tag(ns.DISCO_INFO, "feature"))}
     assert ns.PUBSUB + "#retrieve-subscriptions" in features
+
+
+def _publish_with_options(wire: Wire, fields: str) -> ET.Element:
+    return wire.iq(
+        CAROL,
+        f"<pubsub xmlns='{PS}'><publish node='jobs'><item><job xmlns='urn:e'>1</job></item>"
+        f"</publish><publish-options><x xmlns='{ns.DATA}' type='submit'>"
+        f"<field var='FORM_TYPE' type='hidden'><value>{ns.PUBSUB}#publish-options</value></field>"
+        f"{fields}</x></publish-options></pubsub>",
+    )
+
+
+def test_a_publish_with_options_is_refused_publish_options_and_stores_nothing(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # slixmpp's publish(..., options=form): XEP-0060 §7.1.5 makes them preconditions (an
+    # access model, say) the node must meet. Before 2026-11-30 they were dropped without a
+    # word and the item published where its publisher had forbidden it to go.
+    reply = _publish_with_options(
+        wire, "<field var='pubsub#access_model'><value>whitelist</value></field>"
+    )
+    assert condition(reply) == ("cancel", "feature-not-implemented")
+    assert _unsupported(reply) == "publish-options"
+    assert box.queue("jobs").peek() == []
+    assert _publish_with_options(wire, "").get("type") == "result"  # a form that asks nothing
+    assert len(box.queue("jobs").peek()) == 1
 
 
 def test_subscription_options_are_not_advertised(wire: Wire) -> None:
