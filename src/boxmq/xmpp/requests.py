@@ -161,7 +161,7 @@ _INSTANT_NODE: Final = Condition("modify", "not-acceptable", "nodeid-required")
 # ones served are answered before these are looked at.
 _FEATURES: Final = {
     "affiliations": "retrieve-affiliations",
-    "default": "retrieve-default",
+    "default": "retrieve-default-sub",  # §6.4: a subscriber's defaults (the owner's: §8.3)
     "items": "retrieve-items",
     "options": "subscription-options",
 }

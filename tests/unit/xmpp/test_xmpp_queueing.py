@@ -780,6 +780,11 @@ def _unsupported(reply: ET.Element) -> str | None:
             "subscription-options",
         ),
         (f"<pubsub xmlns='{PS}'><items node='jobs'/></pubsub>", "get", "retrieve-items"),
+        # slixmpp's get_subscription_options(service, node): XEP-0060 §6.4, the default
+        # subscription options (before 2026-11-30 named retrieve-default, §8.3's, the owner's)
+        (f"<pubsub xmlns='{PS}'><default node='jobs'/></pubsub>", "get", "retrieve-default-sub"),
+        (f"<pubsub xmlns='{PS}'><default/></pubsub>", "get", "retrieve-default-sub"),
+        (f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><default/></pubsub>", "get", "retrieve-default"),
         (f"<pubsub xmlns='{PS}'><affiliations/></pubsub>", "get", "retrieve-affiliations"),
         (f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><purge node='jobs'/></pubsub>", "set", "purge-nodes"),
         (
