@@ -10,6 +10,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 from harness.prosody import PS, SERVICE, Client, Prosody, QosRequests, clients, first_to_hear
+from slixmpp.exceptions import IqError
 from slixmpp.xmlstream.handler import Callback
 from tests.xmpp.clients import component
 
@@ -396,5 +397,40 @@ def test_a_qos_subscriber_whose_client_refuses_each_notification_is_unsubscribed
             await asyncio.sleep(1.5)  # the handoff, and a round of deliveries after it
             counts = box.queue("jobs").counts()
             assert (counts.ready, counts.locked, counts.dead) == (1, 0, 0)
+
+    run(scenario())
+
+
+def test_slixmpps_pubsub_plugin_lists_a_subscription_and_ends_it_by_its_subid_only(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # slixmpp's xep_0060 calls as an application makes them, through the server: before
+    # 2026-11-30 get_subscriptions was feature-not-implemented, and an unsubscribe naming
+    # another subid ended the subscription all the same
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice") as [alice]:
+            alice.register_plugin("xep_0060")
+            pubsub = alice.plugin["xep_0060"]
+            subscribed = (await alice.subscribe(1)).find(f"{{{PS}}}pubsub/{{{PS}}}subscription")
+            assert subscribed is not None
+            subid = subscribed.get("subid")
+
+            async def subids() -> list[str]:
+                listed = await pubsub.get_subscriptions(  # type: ignore[no-untyped-call]
+                    SERVICE, "jobs", timeout=alice.timeout
+                )
+                return [s["subid"] for s in listed["pubsub"]["subscriptions"]]
+
+            assert await subids() == [subid]
+            with pytest.raises(IqError) as refused:
+                await pubsub.unsubscribe(  # type: ignore[no-untyped-call]
+                    SERVICE, "jobs", subid=f"not-{subid}", timeout=alice.timeout
+                )
+            assert refused.value.condition == "not-acceptable"
+            assert await subids() == [subid]
+            await pubsub.unsubscribe(  # type: ignore[no-untyped-call]
+                SERVICE, "jobs", subid=subid, timeout=alice.timeout
+            )
+            assert await subids() == []
 
     run(scenario())
