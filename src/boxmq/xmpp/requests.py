@@ -31,6 +31,7 @@ __all__ = [
     "QosDeliver",
     "Request",
     "Retract",
+    "RetrieveAffiliations",
     "RetrieveSubscriptions",
     "Subscribe",
     "Unlock",
@@ -94,6 +95,11 @@ class Unsubscribe:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrieveAffiliations:
+    node: str | None  # XEP-0060 §5.7: the requester's affiliation with one node, or all
+
+
+@dataclass(frozen=True, slots=True)
 class RetrieveSubscriptions:
     node: str | None  # XEP-0060 §5.6: those of one node, or all the requester's
 
@@ -142,6 +148,7 @@ Request = (
     | Subscribe
     | Unsubscribe
     | RetrieveSubscriptions
+    | RetrieveAffiliations
     | Publish
     | Retract
     | Unlock
@@ -160,7 +167,6 @@ _INSTANT_NODE: Final = Condition("modify", "not-acceptable", "nodeid-required")
 # XEP-0060's name for the feature each request not served here belongs to (§4.6's list); the
 # ones served are answered before these are looked at.
 _FEATURES: Final = {
-    "affiliations": "retrieve-affiliations",
     "default": "retrieve-default-sub",  # §6.4: a subscriber's defaults (the owner's: §8.3)
     "items": "retrieve-items",
     "options": "subscription-options",
@@ -273,6 +279,8 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
         return Subscribe(_node(node), _jid(verb, iq), _options(pubsub))
     if name == "unsubscribe" and setter:
         return Unsubscribe(_node(node), _jid(verb, iq), verb.get("subid") or None)
+    if name == "affiliations" and not setter:
+        return RetrieveAffiliations(node or None)
     if name == "subscriptions" and not setter:
         return RetrieveSubscriptions(node or None)
     if name == "create" and setter:

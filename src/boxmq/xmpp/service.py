@@ -66,6 +66,7 @@ from boxmq.xmpp.requests import (
     QosDeliver,
     Request,
     Retract,
+    RetrieveAffiliations,
     RetrieveSubscriptions,
     Subscribe,
     Unlock,
@@ -91,6 +92,7 @@ FEATURES: Final = (
     ns.PUBSUB + "#config-node",
     ns.PUBSUB + "#publish",
     ns.PUBSUB + "#retract-items",
+    ns.PUBSUB + "#retrieve-affiliations",
     ns.PUBSUB + "#retrieve-subscriptions",
     ns.PUBSUB + "#subscribe",
     ns.PUBSUB + "#subscription-notifications",  # XEP-0060: a MUST for who sends them
@@ -401,6 +403,8 @@ class QueueService:
                 return self._unsubscribe(iq, request)
             case RetrieveSubscriptions():
                 return self._subscriptions_of(iq, request)
+            case RetrieveAffiliations():
+                return self._affiliations_of(iq, request)
             case QosAcknowledged() | QosAssured() | QosDeliver():
                 return self._qos(iq, request)
             case DiscoInfo():
@@ -565,6 +569,31 @@ class QueueService:
             iq,
             f"<pubsub xmlns='{ns.PUBSUB}'><subscriptions{node}>{listed}</subscriptions></pubsub>",
         )
+
+    def _affiliations_of(self, iq: Iq, request: RetrieveAffiliations) -> str:
+        """XEP-0060 §5.7: the nodes the requester's bare JID owns (docs/xmpp.md, Owners),
+        that one if it names one. Anyone may publish to and subscribe to every node, so no
+        other affiliation is kept, nor listed."""
+        names = self._box.queues() if request.node is None else [request.node]
+        me = bare(iq.sender)
+        owned = sorted(n for n in names if not NOT_XML.search(n) and self._owner_of(n) == me)
+        listed = "".join(f"<affiliation node={_attr(n)} affiliation='owner'/>" for n in owned)
+        node = "" if request.node is None else f" node={_attr(request.node)}"
+        return render.result(
+            iq, f"<pubsub xmlns='{ns.PUBSUB}'><affiliations{node}>{listed}</affiliations></pubsub>"
+        )
+
+    def _owner_of(self, node: str) -> str | None:
+        """The bare JID that owns the queue `node`; None for a topic, or a queue without one.
+        A queue not in use here is not kept in `_queues` for this: a list of every queue's
+        owners would keep them all."""
+        try:
+            if no_dropbox(queue_path(self._box.root, node)):
+                return None
+            queue = self._queues.get(node) or self._box.queue(node, create=False)
+        except (QueueNotFound, InvalidName):
+            return None
+        return _recorded_owner(queue)
 
     def _subscription_xml(self, subscription: Subscription, state: str) -> str:
         options = render.form(
@@ -742,8 +771,8 @@ class QueueService:
     def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:
         """XEP-0060 §8: only the owner deletes or configures a node. A queue with no recorded
         owner (made by the API, the CLI or a script) is open to anyone, as it always was."""
-        owner = queue.owner  # a person may have written it (docs/xmpp.md): `Alice@Example.org`
-        if owner is not None and (normal(owner) or owner) != bare(iq.sender):
+        owner = _recorded_owner(queue)
+        if owner is not None and owner != bare(iq.sender):
             raise StanzaError(_FORBIDDEN, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:
@@ -873,6 +902,13 @@ class QueueService:
             self._records.remove(subscription.jid, subscription.node)
         subscription.held.clear()
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers
+
+
+def _recorded_owner(queue: Queue) -> str | None:
+    """The queue's owner in the form the door compares JIDs (jids.py): a person may have
+    written it (docs/xmpp.md), `Alice@Example.org`."""
+    owner = queue.owner
+    return None if owner is None else normal(owner) or owner
 
 
 def _subscription_element(subscription: Subscription, state: str) -> str:

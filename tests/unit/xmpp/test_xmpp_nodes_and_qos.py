@@ -198,6 +198,35 @@ def test_only_the_owner_deletes_or_configures_a_node_and_it_survives_a_restart(
     wire.service.close()
 
 
+def _affiliations(wire: Wire, jid: str, node: str = "") -> list[dict[str, str]]:
+    attribute = f" node='{node}'" if node else ""
+    reply = wire.iq(jid, f"<pubsub xmlns='{PS}'><affiliations{attribute}/></pubsub>", type="get")
+    assert reply.get("type") == "result", ET.tostring(reply)
+    listed = reply.find(f"{{{PS}}}pubsub/{{{PS}}}affiliations")
+    assert listed is not None
+    return [dict(a.attrib) for a in listed]
+
+
+def test_an_entity_retrieves_the_nodes_it_owns(wire: Wire, box: boxmq.Box) -> None:
+    # slixmpp's get_affiliations(service[, node]), XEP-0060 §5.7: before 2026-11-30 it was
+    # feature-not-implemented, and a client could not learn which nodes it may delete
+    wire.create("jobs")  # by alice@localhost/a
+    wire.create("mail")
+    box.queue("made-elsewhere")  # no owner
+    box.queue("bobs").set_owner("Bob@Localhost")  # written by hand, in capitals
+    owner = {"affiliation": "owner"}
+    assert _affiliations(wire, "alice@localhost/phone") == [
+        {**owner, "node": "jobs"},
+        {**owner, "node": "mail"},
+    ]
+    assert _affiliations(wire, ALICE, "mail") == [{**owner, "node": "mail"}]
+    assert _affiliations(wire, ALICE, "bobs") == []
+    assert _affiliations(wire, ALICE, "sensors/1") == []  # a topic node: nobody owns it
+    assert _affiliations(wire, BOB) == [{**owner, "node": "bobs"}]
+    disco = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
+    assert ns.PUBSUB + "#retrieve-affiliations" in _features(disco)
+
+
 def test_a_queue_made_elsewhere_has_no_owner_and_anyone_may_delete_it(
     wire: Wire, box: boxmq.Box
 ) -> None:

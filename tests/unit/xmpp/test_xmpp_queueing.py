@@ -785,7 +785,6 @@ def _unsupported(reply: ET.Element) -> str | None:
         (f"<pubsub xmlns='{PS}'><default node='jobs'/></pubsub>", "get", "retrieve-default-sub"),
         (f"<pubsub xmlns='{PS}'><default/></pubsub>", "get", "retrieve-default-sub"),
         (f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><default/></pubsub>", "get", "retrieve-default"),
-        (f"<pubsub xmlns='{PS}'><affiliations/></pubsub>", "get", "retrieve-affiliations"),
         (f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><purge node='jobs'/></pubsub>", "set", "purge-nodes"),
         (
             f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><subscriptions node='jobs'/></pubsub>",
