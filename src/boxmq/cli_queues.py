@@ -180,20 +180,37 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
 
 
 def _unsubscribe_line(box: Box, name: str) -> str | None:
-    """The `boxmq unsubscribe` that ends the subscriptions (or share group) `name` is the
-    filter of, for delete's refusal, which said `no queue` alone; None if `name` is none."""
+    """What ends the subscriptions (or share group) `name` is the filter of, for delete's
+    refusal, which said `no queue` alone; None if `name` is none. The `boxmq unsubscribe`
+    for those the CLI or the API kept; not for an MQTT session's, which unsubscribe refuses
+    (cli_subscribe: its client counts on it), so said as its client ends it."""
+    from boxmq.mqtt.session_record import record_named  # here: `ls` loads no MQTT module
+
     readers = [
         reader
         for info in box.topics.subscriptions()
         if info.filter == name
         for reader in ([info.subscriber] if info.subscriber else info.members)
     ]
-    if not readers:
-        return None
-    if len(readers) == 1:
-        return f"`{shlex.join(['boxmq', 'unsubscribe', name, '--name', readers[0]])}` ends it"
-    line = shlex.join(["boxmq", "unsubscribe", name])
-    return f"`{line} --name N` ends each (N: {', '.join(readers)})"
+    sessions = [r for r in readers if (record := record_named(box.root, r)) and record.made(name)]
+    kept = [reader for reader in readers if reader not in sessions]
+    said = []
+    if len(kept) == 1:
+        said.append(f"`{shlex.join(['boxmq', 'unsubscribe', name, '--name', kept[0]])}` ends it")
+    elif kept:
+        line = shlex.join(["boxmq", "unsubscribe", name])
+        said.append(f"`{line} --name N` ends each (N: {', '.join(kept)})")
+    if len(sessions) == 1:
+        said.append(
+            f"that of the MQTT session of {sessions[0]} ends when its client unsubscribes "
+            "(UNSUBSCRIBE), or connects once with a clean start"
+        )
+    elif sessions:
+        said.append(
+            f"those of the MQTT sessions of {', '.join(sessions)} end when each client "
+            "unsubscribes (UNSUBSCRIBE), or connects once with a clean start"
+        )
+    return "; ".join(said) or None
 
 
 def _held_by(tokens: list[str | None]) -> str:

@@ -1,0 +1,44 @@
+"""The CLI on a root a running `boxmq serve` serves, its MQTT clients connected or away: what
+a command tells of their sessions' subscriptions must be what the CLI will do with them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.mqtt.clients import boxmq_cli, paho, persistent_paho, serving_fresh
+
+
+def _ok(root: Path, *args: str) -> str:
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_delete_of_an_mqtt_session_s_filter_does_not_offer_the_unsubscribe_it_refuses(
+    tmp_path: Path,
+) -> None:
+    """`boxmq delete 'a/#'` of a filter an MQTT session subscribed to told the user to run
+    `boxmq unsubscribe 'a/#' --name p1`, which is refused (the subscription is its client's):
+    it now offers unsubscribe only for the subscription the CLI kept, and says how the
+    session's ends (its client unsubscribes, or connects once with a clean start)."""
+    with serving_fresh(tmp_path) as served:
+        root = served.root
+        client = persistent_paho(served, "p1", v5=True)
+        member = paho(served, "m1", clean=False, expiry=300)
+        try:
+            client.subscribe("a/#", 1)
+            member.subscribe("$share/g/a/#", 1)
+            _ok(root, "subscribe", "a/#", "--name", "kept", "--keep", "--idle", "0")
+            for name, session in (("a/#", "p1"), ("$share/g/a/#", "m1")):
+                refused = boxmq_cli(root, "delete", name)
+                assert refused.returncode == 1, refused
+                [line] = refused.stderr.splitlines()
+                assert f"--name {session}" not in line, line
+                assert "connects once with a clean start" in line, line
+                assert boxmq_cli(root, "unsubscribe", name, "--name", session).returncode == 1
+            [line] = boxmq_cli(root, "delete", "a/#").stderr.splitlines()
+            assert "`boxmq unsubscribe 'a/#' --name kept` ends it" in line, line
+            assert "p1" in line, line
+        finally:
+            client.stop()
+            member.stop()
