@@ -23,6 +23,7 @@ from boxmq.client import Box, mqtt_fields
 from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.model import Property
 from boxmq.store.layout import in_the_way
+from boxmq.store.v5_properties import CORRELATION_DATA, RESPONSE_TOPIC
 
 __all__ = ["main"]
 
@@ -113,6 +114,14 @@ def _check_message(args: argparse.Namespace) -> None:
         args.usage_error("give the body either as BODY or with --file, not both")
     if twice := _given_twice(args.property):
         args.usage_error(f"property {twice!r} is given twice: give each name once")
+    names = {name for name, _ in args.property}
+    for option, given, name, field in _OPTION_FIELDS:
+        if getattr(args, given) and name in names:  # `--reply-to ""` gives none
+            # The option wins (file-format.md), so the -p was dropped without a word while
+            # `get` showed both: two values for one field, as a name given twice is.
+            args.usage_error(
+                f"{option} and -p {name} are the same MQTT v5 field ({field}): give one of them"
+            )
     for name, _ in args.property:
         if (known := _near_miss(name)) is not None:
             print(output.said(_looks_like(args, name, known)), file=sys.stderr)
@@ -236,6 +245,14 @@ def _looks_like(args: argparse.Namespace, name: str, known: str) -> str:
         f"Property to MQTT v5 subscribers), not as {known!r}, the v5 property it looks like; "
         f"if you meant that one, write -p {known}=..."
     )
+
+
+# The options of put and publish that are also an MQTT v5 field a -p may name: (option, its
+# argparse dest, the -p name, the field).
+_OPTION_FIELDS = (
+    ("--reply-to", "reply_to", RESPONSE_TOPIC, "Response Topic"),
+    ("--correlation-id", "correlation_id", CORRELATION_DATA, "Correlation Data"),
+)
 
 
 def _given_twice(properties: list[tuple[str, Property]]) -> str | None:

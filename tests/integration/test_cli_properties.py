@@ -50,3 +50,30 @@ def test_get_and_peek_spell_values_as_the_file_name_does(tmp_path: Path) -> None
     assert peeked[1].split()[-1] == java, peeked
     got = ok(tmp_path, "get", "jobs").splitlines()
     assert f"properties      {java}" in got, got
+
+
+@pytest.mark.parametrize("command", ["put", "publish"])
+@pytest.mark.parametrize(
+    ("option", "property"),
+    [
+        (("--reply-to", "x/y"), "mqtt.response-topic=z/w"),
+        (("--correlation-id", "cid"), "mqtt.correlation-data=YWJj"),
+    ],
+)
+def test_a_v5_field_given_both_as_its_option_and_as_a_property_is_a_usage_error(
+    tmp_path: Path, command: str, option: tuple[str, str], property: str
+) -> None:
+    """`publish t x --reply-to x/y -p mqtt.response-topic=z/w` was sent, and an MQTT v5
+    subscriber got x/y alone as its Response Topic (the option wins, file-format.md) while
+    `get` showed both: the -p was dropped without a word, where a name given twice is
+    refused. Found with a paho subscriber beside `boxmq serve`."""
+    root = tmp_path / "data"
+    done = boxmq_cli(root, command, "t", "x", *option, "-p", property)
+    assert done.returncode == 2, done
+    name = property.split("=")[0]
+    assert done.stderr.splitlines()[-1] == (
+        f"boxmq {command}: error: {option[0]} and -p {name} are the same MQTT v5 field "
+        f"({'Response Topic' if name == 'mqtt.response-topic' else 'Correlation Data'}): "
+        "give one of them"
+    )
+    assert not root.exists()
