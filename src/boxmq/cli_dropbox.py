@@ -55,7 +55,15 @@ def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
     $share/ name that lists every queue of the root."""
     name, subscriber = args.queue, args.subscriber
     if is_subscription(args, box):
-        return box.subscription(name, subscriber), True
+        try:
+            return box.subscription(name, subscriber), True
+        except QueueNotFound as error:
+            if (on_disk := _client_named(box, name, subscriber)) is None:
+                raise
+            raise QueueNotFound(
+                f"{error}; {subscriber!r} is the id of an MQTT client, whose subscriptions go "
+                f"by {on_disk!r} on disk (`boxmq ls`): give `--subscriber {shlex.quote(on_disk)}`"
+            ) from None
     try:
         return box.queue(name, create=False), False
     except QueueNotFound as error:
@@ -67,3 +75,18 @@ def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
             f"{error}; {name!r} is the filter of the durable subscription(s) of {names}: "
             "add --subscriber NAME"
         ) from None
+
+
+def _client_named(box: Box, filter: str, subscriber: str | None) -> str | None:
+    """The name on disk of the subscription to `filter` of the MQTT client whose id is
+    `subscriber`, when that differs and is there: `session ls` lists the client `site/7`,
+    `ls` its subscription as `site%2F7` (a long id shortened), and the id copied from the
+    first was told `no subscription` alone. None otherwise."""
+    if subscriber is None:
+        return None
+    from boxmq.mqtt.stored import consumer_name  # here: a queue's command loads no MQTT module
+
+    on_disk = consumer_name(subscriber)
+    if on_disk == subscriber or not box.topics.has_subscription(filter, on_disk):
+        return None
+    return on_disk

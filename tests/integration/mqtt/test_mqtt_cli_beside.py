@@ -42,3 +42,34 @@ def test_delete_of_an_mqtt_session_s_filter_does_not_offer_the_unsubscribe_it_re
         finally:
             client.stop()
             member.stop()
+
+
+def test_a_client_id_given_as_subscriber_is_told_its_name_on_disk(tmp_path: Path) -> None:
+    """`boxmq session ls` lists the client `site/7` and `boxmq ls` its subscription as
+    `site%2F7` (docs/mqtt.md: a client id over 40 bytes by its shortened name): `boxmq peek
+    'a/#' --subscriber site/7`, the id copied from session ls, said `no subscription of
+    'site/7'` alone. It now gives the name on disk to give instead."""
+    long_id = "device-" + "0123456789" * 5
+    with serving_fresh(tmp_path) as served:
+        root = served.root
+        clients = [persistent_paho(served, client_id, v5=True) for client_id in ("site/7", long_id)]
+        try:
+            for client in clients:
+                client.subscribe("a/#", 1)
+                client.stop()  # away: what comes waits in its subscription's target/
+            waiting = _ok(root, "publish", "a/1", "waiting").strip()
+            session_ids = [line.split()[0] for line in _ok(root, "session", "ls").splitlines()[1:]]
+            assert sorted(session_ids) == sorted(["site/7", long_id])
+            for client_id in session_ids:
+                refused = boxmq_cli(root, "peek", "a/#", "--subscriber", client_id)
+                assert refused.returncode == 1, refused
+                [line] = refused.stderr.splitlines()
+                on_disk = line.split("`")[-2].split()[-1]  # give `--subscriber N`
+                assert line.endswith(
+                    f"; {client_id!r} is the id of an MQTT client, whose subscriptions go by "
+                    f"{on_disk!r} on disk (`boxmq ls`): give `--subscriber {on_disk}`"
+                ), line
+                assert waiting in _ok(root, "peek", "a/#", "--subscriber", on_disk)
+        finally:
+            for client in clients:
+                client.stop()
