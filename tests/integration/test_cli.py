@@ -1978,6 +1978,36 @@ def test_publish_with_mqtt_properties_too_long_for_a_name_keeps_them_in_a_side_f
     assert (got["reply-to"], got["correlation-id"]) == ("replies/dev1", "req-7")
 
 
+def test_a_request_whose_reply_to_leaves_no_room_for_the_side_files_key_is_stored(
+    root: Path,
+) -> None:
+    """docs/file-format.md "Properties too long for the name": a 10-character topic, a
+    reply-to, a correlation id, an expiration and a content type were refused as too long
+    (140 bytes), since the key took the room the content type left. The reply-to and the
+    correlation id go to the side file too then, where a v5 subscriber gets them, and every
+    reader shows them as the message's own, as for an MQTT v5 request. (A queue's name has
+    no topic: its reply-to is longer here.)"""
+    replies = {"cfg/line-4": "cfg/answers", "jobs": "cfg/answers/" + "a" * 50}
+    fields = ["--correlation-id", "req-7", "--expires-in", "60s"]
+    content_type = ["-p", "mqtt.content-type=application/json"]
+    ok(root, "subscribe", "cfg/#", "--name", "w", "--keep", "--idle", "0.1")
+    for command, where in (("publish", "cfg/line-4"), ("put", "jobs")):
+        ok(root, command, where, "x", "--reply-to", replies[where], *fields, *content_type)
+    [name] = os.listdir(next(root.glob("topic-root/*/.subscriptions/client.w/target")))
+    [queued] = os.listdir(root / "jobs" / "target")
+    for each in (name, queued):
+        assert "bx_v5hS=" in each  # the side file's key, and no field 5 or 6 any more
+        assert "req-7" not in each
+        assert "answers" not in each
+    [record] = ok(root, "--json", "subscribe", "cfg/#", "--name", "w", "--count", "1").splitlines()
+    got = json.loads(ok(root, "--json", "get", "jobs"))
+    [peeked] = json.loads(ok(root, "--json", "peek", "jobs", "--state", "processing"))
+    for each, where in ((json.loads(record), "cfg/line-4"), (got, "jobs"), (peeked, "jobs")):
+        assert (each["reply-to"], each["correlation-id"]) == (replies[where], "req-7")
+        assert each["properties"]["mqtt.content-type"] == "application/json"
+        assert each["expires"] is not None
+
+
 def test_subscribe_keep_keeps_a_share_group_membership(root: Path) -> None:
     # --keep kept plain subscriptions only: a share-group member left the group on exit, and
     # the last member out deleted the group with what it was about to collect.

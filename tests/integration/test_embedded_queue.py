@@ -1048,9 +1048,10 @@ def test_same_consumer_name_twice_in_one_box_is_refused(box: boxmq.Box) -> None:
 
 
 def test_metadata_that_does_not_fit_a_file_name_is_refused(box: boxmq.Box, root: Path) -> None:
-    # A correlation id is a field of the name: unlike properties, it has nowhere else to go.
-    with pytest.raises(boxmq.MetadataTooLong, match="shorten the correlation id"):
-        box.queue("jobs").put(b"x", correlation_id="y" * 300, properties={"note": "y" * 300})
+    # A type is a field of the name that MQTT has no place for: unlike properties, a reply-to
+    # or a correlation id, it has nowhere else to go.
+    with pytest.raises(boxmq.MetadataTooLong, match="shorten the type"):
+        box.queue("jobs").put(b"x", type="y" * 300, properties={"note": "y" * 300})
     assert box.queue("jobs").counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
     assert not (root / ".properties").exists()  # nothing written for a put refused
 
@@ -1087,18 +1088,62 @@ def test_properties_too_long_for_a_name_go_to_a_side_file_and_read_back_the_same
 
 
 def test_properties_that_cannot_spill_for_the_key_s_room_say_so(box: boxmq.Box, root: Path) -> None:
-    """A reply-to that fits alone but leaves no room for the side file's key: the error says
-    the properties went to a side file first and names the reply-to (which stays in the name),
-    and nothing is written."""
+    """A reply-to that fits alone but leaves no room for the side file's key, and cannot go to
+    the side file itself (U+0000 is in no MQTT Response Topic): the error says the properties
+    went to a side file first and names the reply-to (which stays in the name), and nothing is
+    written."""
     jobs = box.queue("jobs")
-    jobs.put(b"fits", reply_to="r" * 60)  # alone it fits
+    reply_to = "r" * 57 + "\0"  # 60 bytes encoded
+    jobs.put(b"fits", reply_to=reply_to)  # alone it fits
     with pytest.raises(boxmq.MetadataTooLong) as refused:
-        jobs.put(b"x", reply_to="r" * 60, properties={"note": "y" * 100})
+        jobs.put(b"x", reply_to=reply_to, properties={"note": "y" * 100})
     said = str(refused.value)
     assert said.startswith("the properties are too long for a file name, and with them in a side")
     assert "shorten the reply-to (60 bytes encoded)" in said
     assert jobs.counts().ready == 1
     assert not (root / ".properties").exists() or not os.listdir(root / ".properties")
+
+
+def test_a_request_whose_fields_leave_no_room_for_the_side_files_key_is_stored(
+    box: boxmq.Box, root: Path
+) -> None:
+    """docs/file-format.md "Properties too long for the name": a reply-to and a correlation id
+    that leave the side file's key no room go to the side file too (as an MQTT v5 client's
+    Response Topic and Correlation Data are), and read back as the message's own: a modest
+    request (a 10-character topic, a content type, an expiration) was refused as too long."""
+    request: dict[str, Any] = {
+        "reply_to": "cfg/answers",
+        "correlation_id": "req-7",
+        "expires_in": 60,
+        "properties": {"mqtt.content-type": "application/json", "n": 3},
+    }
+    queue_reply_to = "cfg/answers/" + "a" * 50  # a queue's name has no topic to fill it
+    jobs = box.queue("jobs")
+    with jobs.consumer("w") as consumer, box.subscribe("cfg/#", "s") as subscriber:
+        box.publish("cfg/line-4", b"x", **request)
+        jobs.put(b"x", **request | {"reply_to": queue_reply_to})
+        jobs.put(b"long", reply_to="r" * 60, properties={"note": "y" * 100})
+        for receiver, reply_to in ((consumer, queue_reply_to), (subscriber, "cfg/answers")):
+            message = receiver.receive(timeout=5)
+            assert message is not None
+            # The name has no field 5 or 6 any more: the side file has them.
+            assert (message.envelope.reply_to, message.envelope.correlation_id) == (None, None)
+            assert message.envelope.property_value(PROPERTIES_FILE) is not None
+            assert (message.reply_to, message.correlation_id) == (reply_to, "req-7")
+            assert message.properties["mqtt.content-type"] == "application/json"
+            assert message.properties["n"] in (3, "3")
+            assert message.expiration is not None
+            message.ack()
+        long = consumer.receive(timeout=5)
+        assert long is not None
+        assert (long.reply_to, long.properties["note"]) == ("r" * 60, "y" * 100)
+        long.unlock()  # a redelivery and a dead letter rewrite the name: the key stays in it
+        again = consumer.receive(timeout=5)
+        assert again is not None
+        assert (again.delivery_count, again.reply_to) == (2, "r" * 60)
+        again.reject()
+    [dead] = jobs.peek(state=State.ERROR)
+    assert (dead.reply_to, dead.properties["note"]) == ("r" * 60, "y" * 100)
 
 
 @pytest.mark.parametrize("length", [110, 140, 300])

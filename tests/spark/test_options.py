@@ -445,9 +445,23 @@ def test_properties_too_long_for_a_name_go_to_a_side_file(
 
 
 def test_a_row_that_cannot_fit_even_with_a_side_file_names_what_to_shorten(tmp_path: Path) -> None:
-    row: dict[str, object] = {"body": b"x", "reply_to": "r" * 80, "properties": {"n": "y" * 99}}
-    with pytest.raises(MetadataTooLong, match=r"in a side file.*shorten the reply-to"):
+    row: dict[str, object] = {"body": b"x", "type": "t" * 100, "properties": {"n": "y" * 99}}
+    with pytest.raises(MetadataTooLong, match=r"in a side file.*shorten the type"):
         _message(row, side_files=SideFiles(str(tmp_path)))
+
+
+def test_a_rows_reply_to_the_side_files_key_leaves_no_room_for_goes_there_too(
+    tmp_path: Path,
+) -> None:
+    """docs/file-format.md, "Properties too long for the name": where the key leaves the
+    reply-to no room, it goes to the side file as an MQTT v5 request's Response Topic, and
+    reads back in the `reply_to` column (V5Reader, what the source shows); it was refused."""
+    row: dict[str, object] = {"body": b"x", "reply_to": "r" * 80, "properties": {"n": "y" * 99}}
+    sides = SideFiles(str(tmp_path))
+    envelope, _ = _message(row, side_files=sides)
+    assert envelope.reply_to is None
+    assert V5Reader(sides).reply_to(envelope) == "r" * 80
+    assert V5Reader(sides).properties(envelope)["n"] == "y" * 99
 
 
 def test_a_row_read_from_an_mqtt_v5_request_is_written_back_with_its_exact_correlation_data(

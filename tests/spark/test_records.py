@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from boxmq.client.spill import spilled
+from boxmq.errors import MetadataTooLong
 from boxmq.model import (
     PROPERTIES_FILE,
     V5_PROPERTIES,
@@ -169,6 +171,40 @@ def test_reply_to_correlation_id_and_properties_are_what_message_shows(tmp_path:
     assert columns.values[COLUMNS.index("reply_to")] == ["r/2", None]
     assert columns.values[COLUMNS.index("correlation_id")] == ["req-7", None]
     assert columns.values[COLUMNS.index("properties")][1] == [("k", "\\xff")]
+
+
+def test_a_request_spilled_with_its_reply_to_and_correlation_id_shows_them_as_its_own(
+    tmp_path: Path,
+) -> None:
+    """A put whose reply-to and correlation id left its name for the side file with its
+    properties (client/spill.py, docs/file-format.md "Properties too long for the name"):
+    the `reply_to` and `correlation_id` columns are what the producer gave, as
+    `Message.reply_to` and `Message.correlation_id` show them."""
+    request = Envelope(
+        MessageId(_ID),
+        reply_to="cfg/answers",
+        correlation_id="req-7",
+        properties=(Property("mqtt.content-type", PropertyType.STRING, "application/json"),),
+    )
+
+    def fields_left(candidate: Envelope) -> str:
+        if candidate.reply_to is not None or candidate.correlation_id is not None:
+            raise MetadataTooLong("no room beside the reply-to and the correlation id")
+        return encode(candidate)
+
+    _, name = spilled(request, SideFiles(str(tmp_path)), fields_left, MetadataTooLong("long"))
+    folder = tmp_path / "q" / "target"
+    folder.mkdir(parents=True)
+    (folder / name).write_bytes(b"{}")
+
+    files = [FileRef(str(folder), name)]
+    [columns] = read_files(files, "q", State.TARGET, chunk=1, root=str(tmp_path))
+
+    assert columns.values[COLUMNS.index("reply_to")] == ["cfg/answers"]
+    assert columns.values[COLUMNS.index("correlation_id")] == ["req-7"]
+    [properties] = columns.values[COLUMNS.index("properties")]
+    assert isinstance(properties, list)
+    assert ("mqtt.content-type", "application/json") in properties
 
 
 def test_a_chunk_ends_once_its_bodies_reach_the_byte_bound(tmp_path: Path) -> None:

@@ -214,3 +214,63 @@ def _with_v5_file() -> Envelope:
     # The MQTT door's message: its v5 properties are its door's (mqtt/stored.py), never moved.
     key = Property(PROPERTIES_FILE, PropertyType.STRING, "0" * 32)
     return Envelope(MessageId("m1"), properties=(key, Property("note", PropertyType.STRING, "y")))
+
+
+def _fields_in_the_name(candidate: Envelope) -> str:
+    """A caller whose name has room for the key only once the reply-to and correlation id
+    left it (a short topic, a content type and an expiration: docs/file-format.md)."""
+    if candidate.reply_to is not None or candidate.correlation_id is not None:
+        raise MetadataTooLong("no room beside the reply-to and the correlation id")
+    return encode(candidate)
+
+
+def test_a_reply_to_and_a_correlation_id_leave_the_name_last_and_read_back_the_same(
+    tmp_path: Path,
+) -> None:
+    """Where the key finds no room beside them, the reply-to and the correlation id go to the
+    side file too, where they were already (as Response Topic and Correlation Data): the
+    message reads as an MQTT v5 request does, its fields restored from there. The typed
+    properties stay in the name first: only the fields had to leave."""
+    envelope = dataclasses.replace(
+        _envelope(**{CONTENT_TYPE: "application/json"}, n=3),
+        reply_to="cfg/answers",
+        correlation_id="req-7",
+    )
+    sides = SideFiles(str(tmp_path))
+    moved, name = spilled(envelope, sides, _fields_in_the_name, MetadataTooLong("long"))
+    assert (moved.reply_to, moved.correlation_id) == (None, None)
+    assert moved.user_properties() == {"n": 3}
+    assert name == encode(moved)
+    key = moved.property_value(PROPERTIES_FILE)
+    assert isinstance(key, str)
+    assert sides.get(key) == v5_bytes(envelope)  # the bytes a v5 subscriber got before
+    reader = V5Reader(sides)
+    assert (reader.reply_to(moved), reader.correlation_id(moved)) == ("cfg/answers", "req-7")
+    assert reader.properties(moved) == {
+        "n": 3,
+        CONTENT_TYPE: "application/json",
+        RESPONSE_TOPIC: "cfg/answers",
+        CORRELATION_DATA: base64.b64encode(b"req-7").decode(),
+    }
+
+
+def test_a_field_mqtt_cannot_carry_stays_in_the_name_and_the_other_leaves(
+    tmp_path: Path,
+) -> None:
+    """A reply-to holding U+0000 is no Response Topic (a v5 subscriber never got it): it stays
+    in the name, and the error is the caller's when it still does not fit; the correlation
+    id, which Correlation Data carries, leaves."""
+    envelope = dataclasses.replace(_envelope(), reply_to="a\0b", correlation_id="req-7")
+    sides = SideFiles(str(tmp_path))
+
+    def no_correlation_id(candidate: Envelope) -> str:
+        if candidate.correlation_id is not None:
+            raise MetadataTooLong("no room beside the correlation id")
+        return encode(candidate)
+
+    moved, _ = spilled(envelope, sides, no_correlation_id, MetadataTooLong("long"))
+    assert (moved.reply_to, moved.correlation_id) == ("a\0b", None)
+    reader = V5Reader(sides)
+    assert (reader.reply_to(moved), reader.correlation_id(moved)) == ("a\0b", "req-7")
+    with pytest.raises(MetadataTooLong, match="no room beside the reply-to"):
+        spilled(envelope, sides, _fields_in_the_name, MetadataTooLong("long"))

@@ -14,8 +14,13 @@ before, and the other readers (store/v5_properties.py) show what they showed bef
 
 Invariants:
 - A name that fits pays nothing here: callers try it first and come here on MetadataTooLong.
-- Only the producer's own properties move. boxmq's `bx_*` stay in the name, and a message that
-  carries v5 properties already (the MQTT door's: `bx_v5`, `bx_v5h`) is its door's business.
+- Only the producer's own properties move, and as a last try its reply-to and correlation id
+  (the name's fields 5 and 6), which the bytes carry as Response Topic and Correlation Data
+  already: readers show those as the message's reply-to and correlation id, as they do an
+  MQTT v5 request's (store/v5_properties.py), and a DropboxMQ-style reader of the name sees
+  none. They stay while a name with them fits, and where MQTT cannot carry them (a reply-to
+  with U+0000). boxmq's `bx_*` stay in the name, and a message that carries v5 properties
+  already (the MQTT door's: `bx_v5`, `bx_v5h`) is its door's business.
 - Stay in the name as they were: the message's group (GROUP_KEY, which dispatch reads from the
   name; in the bytes too, as the MQTT door keeps it), and a property MQTT cannot carry (U+0000,
   over 65,535 bytes, an `mqtt.*` value with no meaning), which no v5 subscriber got before
@@ -25,16 +30,16 @@ Invariants:
 - The side file is written once a name that names it fits, and before the message file that
   names it: the commit's flush then covers it too (store/side_files.py).
 - What still does not fit raises MetadataTooLong: the error of the smallest name tried (the
-  topic, the reply-to, the correlation id and the type stay in the name), saying that the
-  properties went to a side file first, whose key takes room in the name too: a producer sees
-  why shortening the fields the error names helps, and the long properties do not.
+  topic and the type stay in the name), saying that the properties went to a side file
+  first, whose key takes room in the name too: a producer sees why shortening the fields the
+  error names helps, and the long properties do not.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from boxmq.client import mqtt_fields
 from boxmq.core.topics import validate_topic
@@ -65,20 +70,29 @@ def spilled(
 ) -> tuple[Envelope, _T]:
     """`envelope`, whose name `name_of` refused with `refused`, with its properties in a side
     file instead, and its name: first with its typed properties still in the name, then
-    without. `refused` again if its properties cannot move; the smallest name's error if even
-    that does not fit."""
+    without, then both again with its reply-to and correlation id left to the side file too
+    (`_TRIES`). `refused` again if nothing can move; the smallest name's error if even that
+    does not fit."""
     if side_files is None or not _movable(envelope):
         raise refused
     raw = v5_bytes(envelope)
-    key = key_of(raw)
-    tried: list[tuple[Property, ...]] = []
-    for keep_typed in (True, False):
+    named = Property(PROPERTIES_FILE, PropertyType.STRING, key_of(raw))
+    tried: list[Envelope] = []
+    for keep_fields, keep_typed in _TRIES:
         kept = tuple(p for p in envelope.properties if _stays(p, keep_typed=keep_typed))
-        if len(kept) == len(envelope.properties) or kept in tried:
-            continue  # nothing would leave the name, or no more than at the last try
-        tried.append(kept)
-        named = Property(PROPERTIES_FILE, PropertyType.STRING, key)
-        candidate = dataclasses.replace(envelope, properties=(*kept, named))
+        reply_to, correlation_id = _fields_kept(envelope, keep_fields=keep_fields)
+        candidate = dataclasses.replace(
+            envelope,
+            properties=(*kept, named),
+            reply_to=reply_to,
+            correlation_id=correlation_id,
+        )
+        left = (len(kept), reply_to, correlation_id)
+        if left == (len(envelope.properties), envelope.reply_to, envelope.correlation_id):
+            continue  # nothing would leave the name
+        if candidate in tried:
+            continue  # no more than at an earlier try
+        tried.append(candidate)
         try:
             name = name_of(candidate)
         except MetadataTooLong as error:
@@ -90,6 +104,25 @@ def spilled(
         "the properties are too long for a file name, and with them in a side file, what stays"
         f" in the name with the side file's key is still too long: {refused}"
     ) from None
+
+
+# What stays in the name at each try, (the reply-to and correlation id, the typed properties):
+# a DropboxMQ-style reader of the name keeps its JMSReplyTo and JMSCorrelationID while a
+# name with them fits; only then do they go where an MQTT v5 client's go (the side file).
+_TRIES: Final = ((True, True), (True, False), (False, True), (False, False))
+
+
+def _fields_kept(envelope: Envelope, *, keep_fields: bool) -> tuple[str | None, str | None]:
+    """The reply-to and correlation id that stay in the name: both with `keep_fields`, else
+    each that its side file cannot carry (`v5_bytes` has the others as Response Topic and
+    Correlation Data, which readers show as the message's: store/v5_properties.py)."""
+    reply_to, correlation_id = envelope.reply_to, envelope.correlation_id
+    if keep_fields:
+        return reply_to, correlation_id
+    return (
+        reply_to if not reply_to or _response_topic(reply_to) is None else None,
+        correlation_id if not correlation_id or _correlation_data(correlation_id) is None else None,
+    )
 
 
 def v5_bytes(envelope: Envelope) -> bytes:
@@ -135,9 +168,12 @@ def _carried(prop: Property) -> str | bytes | int | None:
 
 
 def _movable(envelope: Envelope) -> bool:
-    """Whether some property of `envelope` could leave its name for a side file."""
+    """Whether some property of `envelope`, or its reply-to or correlation id, could leave its
+    name for a side file."""
     if any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties):
         return False
+    if _fields_kept(envelope, keep_fields=False) != (envelope.reply_to, envelope.correlation_id):
+        return True
     return any(not _stays(p, keep_typed=False) for p in envelope.properties)
 
 

@@ -22,7 +22,8 @@ What they see (docs/file-format.md, "MQTT v5 properties, as other readers see th
   name, and nothing in boxmq's reserved `bx_*` names is ever shown.
 - a name with a reply-to or correlation id of its own (one whose properties spilled to a side
   file: client/spill.py) shows them as those, not also as `mqtt.response-topic` and
-  `mqtt.correlation-data` (`_without_fields_of`).
+  `mqtt.correlation-data` (`_without_fields_of`); one whose reply-to and correlation id left
+  the name for the side file too reads as an MQTT v5 request: both ways.
 
 Invariants:
 - Reading never fails and never changes a file: properties that are not base64, not a

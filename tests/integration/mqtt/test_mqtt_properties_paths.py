@@ -158,9 +158,8 @@ def test_a_message_the_cli_retained_reaches_a_later_v5_subscriber_with_its_metad
     """docs/mqtt.md, "What the others set is what an MQTT v5 subscriber gets", through the
     retained store: `boxmq publish --retain` while the server runs, then a subscriber that
     comes after it (a non-persistent session, which gets it from the retained store). The
-    request's Response Topic and Correlation Data are given by their `mqtt.*` names, which go
-    to a side file: `--reply-to` and `--correlation-id` stay in the file name, and with the
-    rest there they leave the name too long (docs/file-format.md, "The 255-byte limit")."""
+    request's Response Topic and Correlation Data are given by their `mqtt.*` names here, and
+    by `--reply-to` and `--correlation-id` in the next test."""
     done = boxmq_cli(
         server.root,
         *("publish", "cfg/line-4", '{"speed": 3}', "--qos", "1", "--retain"),
@@ -190,3 +189,41 @@ def test_a_message_the_cli_retained_reaches_a_later_v5_subscriber_with_its_metad
     since = time.monotonic() - published
     assert INTERVAL - since - 1 <= got.MessageExpiryInterval <= INTERVAL - 1, since
     assert late.nothing()
+
+
+def test_a_request_the_cli_published_with_its_reply_to_in_a_side_file_reaches_v5_subscribers(
+    server: RunningServer,
+) -> None:
+    """docs/file-format.md, "Properties too long for the name": `--reply-to`, `--correlation-id`,
+    `--expires-in` and a content type on a 10-character topic leave the side file's key no room
+    in the name, so the reply-to and the correlation id go to the side file too (refused as
+    too long before). A persistent v5 subscriber away and one that comes after the retained
+    message get the request as a v5 client sends one."""
+    away = paho(server, "away", clean=False, expiry=300)
+    away.subscribe("cfg/#", 1, properties=_identified(5))
+    away.stop()
+    done = boxmq_cli(
+        server.root,
+        *("publish", "cfg/line-4", "x", "--qos", "1", "--retain"),
+        *("--reply-to", "cfg/answers", "--correlation-id", "req-7", "--expires-in", "60s"),
+        *("-p", "mqtt.content-type=application/json"),
+    )
+    assert done.returncode == 0, done.stderr
+    published = time.monotonic()
+    late = paho(server, "late")
+    late.subscribe("cfg/#", 1, properties=_identified(9))
+    back = paho(server, "away", clean=False, expiry=300)
+    assert back.session_present
+    for message in (late.next(), back.next()):
+        assert (message.topic, message.payload) == ("cfg/line-4", b"x")
+        got = message.properties
+        assert (got.ContentType, got.ResponseTopic, got.CorrelationData) == (
+            "application/json",
+            "cfg/answers",
+            b"req-7",
+        )
+        assert not hasattr(got, "UserProperty")
+        since = time.monotonic() - published
+        assert INTERVAL - since - 1 <= got.MessageExpiryInterval <= INTERVAL, since
+    assert late.nothing()
+    assert back.nothing()
