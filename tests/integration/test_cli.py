@@ -1720,8 +1720,8 @@ _LONG_LABEL = "--xmpp-server=" + "a" * 64 + ":5347"  # a host part over 63 chara
         (("put", "jobs", "x", "--expires-in", "99999999999999d"), "at most 36500d (100 years)"),
         (("serve", "--no-mqtt", "--sweep-interval", "9" * 400), "at most 36500d (100 years)"),
         # As the config file refuses it: a sweep every nanosecond kept a core busy for nothing.
-        (("serve", "--no-mqtt", "--sweep-interval", "1e-9"), "'1e-9': at least 10 ms; a loop"),
-        (("serve", "--no-mqtt", "--sys-interval", "5ms"), "'5ms': at least 10 ms; a loop that"),
+        (("serve", "--no-mqtt", "--sweep-interval", "0.000000001"), "at least 10ms; a loop"),
+        (("serve", "--no-mqtt", "--sys-interval", "5ms"), "'5ms': at least 10ms; a loop that"),
         (("peek", "jobs", "--limit", "0"), "bad number '0': it must be at least 1"),
         (("peek", "jobs", "--limit", "-1"), "bad number '-1': it must be at least 1"),
         (("subscribe", "a", "--count", "0"), "bad number '0': it must be at least 1"),

@@ -143,7 +143,7 @@ def test_a_wills_message_expiry_counts_while_its_subscriber_is_away(
     server: RunningServer,
 ) -> None:
     """A Will's Message Expiry Interval is its Publication Expiry Interval (§3.1.3.2.4): a
-    persistent subscriber away for 2 s is not sent the Will that lived 1 s, and is sent the one
+    persistent subscriber away for 2.5 s is not sent the Will that lived 1 s, and is sent the one
     that lives 60 s with what is left of it (MQTT-3.3.2-5, MQTT-3.3.2-6)."""
     away = paho(server, "away", clean=False, expiry=60)
     away.subscribe("wills/#", 1)
@@ -154,12 +154,15 @@ def test_a_wills_message_expiry_counts_while_its_subscriber_is_away(
     )
     drop(brief)
     drop(lasting)
-    time.sleep(2)
+    time.sleep(2.5)
     back = paho(server, "away", clean=False, expiry=60)
     assert back.session_present
     will = back.next(timeout=WAIT)
     assert (will.topic, will.payload) == ("wills/lasting", b"l")
-    assert will.properties.MessageExpiryInterval <= 58
+    # Counted down from its publication, which a loaded server makes when it reads the
+    # dropped connection, up to a second after the drop: 58 at once, 59 at worst (seen in the
+    # whole suite's run), never the 60 it was published with.
+    assert will.properties.MessageExpiryInterval <= 59
     assert back.nothing(0.5)  # not the brief one
 
 
