@@ -423,12 +423,13 @@ class Broker:
         self._out.flush()
 
     def tick(self, now: float) -> None:
-        """The timer: keep-alives, CONNECT timeouts, the ends of sessions away, messages others
-        dropped in dropboxes, the sessions of servers of this host that died, and the counts
-        of messages full queues dropped."""
+        """The timer: keep-alives, CONNECT timeouts, delayed Wills, the ends of sessions away,
+        messages others dropped in dropboxes, the sessions of servers of this host that died,
+        and the counts of messages full queues dropped."""
         for client in self._timers.due(now):
             self._look_at(client, now)
         self._wills.retry(now=now)
+        self._wills.send_due(now)  # first: a Will due with its session's end goes before it
         self._lifetimes.end_due(now)
         if now >= self._next_adoption:
             self._next_adoption = now + _ADOPT_EVERY

@@ -1,9 +1,12 @@
 """Wills: sent at once or after their delay, resumed at start, and the records that held them.
 
 A connection that closes without DISCONNECT 0x00 sends its Will (MQTT 5.0 §3.1.2.5), at once or
-after its Will Delay Interval (§3.1.3.2.2), which `Wills` times; a persistent session's record
-holds a Will waiting out its delay, so a restart of the broker sends it when due (`resume`),
-unless its client came back (here, or to another broker on this root: its record changed).
+after its Will Delay Interval (§3.1.3.2.2), which `Wills` times on the broker's clock (its
+`send_due`, at each tick, before the sessions' ends: a Will due with its session's end goes
+first, MQTT-3.1.3-9); a persistent session's record holds a Will waiting out its delay, so a
+restart of the broker sends it when due (`resume`), unless its client came back (here, or to
+another broker on this root: its record changed). A stop runs no tick: a Will due then stays
+in its record, for the next start to send at once.
 
 A Will waiting in a session record (a delay, a broker that died with its client connected, or
 one sent at once at the close of a persistent session's connection) is removed from the record
@@ -25,7 +28,6 @@ its record is written or no longer holds it.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Callable
@@ -33,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from boxmq.clock import Clock
+from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
 from boxmq.errors import store_failure
 from boxmq.mqtt.clients import Client
@@ -154,8 +157,12 @@ class Wills:
         self._sessions = sessions
         self._publish_will = publish_will
         self._flush = flush
-        # Delayed Wills: the timer, and what it runs (a clean start runs it early).
-        self._timers: dict[str, tuple[asyncio.TimerHandle, Callable[[], None]]] = {}
+        # Delayed Wills: client id -> when it is due, on the broker's clock (`send_due`, at
+        # each of its ticks, as the sessions' ends are: the loop's timer ran on real time, so
+        # a clock moved on past a session's end ended it and sent no Will). And what sends it
+        # then (a clean start runs it early).
+        self._due: Deadlines[str] = Deadlines()
+        self._sends: dict[str, Callable[[], None]] = {}
         self._sent = SentWills(root)  # sent from records that still hold them
         # A Will sent at once from a record (a persistent session's close): what waits for its
         # write to end (`when_written`), per client id, for the latest one.
@@ -163,9 +170,18 @@ class Wills:
 
     def send_early(self, client_id: str) -> None:
         """The session ends now (a clean start): its delayed Will, if any, goes out now."""
-        delayed = self._timers.get(client_id)
-        if delayed is not None:
-            delayed[1]()
+        send = self._sends.get(client_id)
+        if send is not None:
+            send()
+
+    def send_due(self, now: float) -> None:
+        """On the broker's timer, before the sessions' ends (Lifetimes.end_due): the delayed
+        Wills whose time came at `now` go out. A Will is due no later than its session's end
+        (`will_delay`, Lifetimes._capped), so one due with it goes first (MQTT-3.1.3-9)."""
+        for client_id in self._due.due(now):
+            send = self._sends.get(client_id)
+            if send is not None:  # not cancelled by a Will sent before it here
+                send()
 
     def retry(self, *, now: float) -> None:
         """On the broker's timer: the records still holding a Will sent (SentWills)."""
@@ -180,7 +196,7 @@ class Wills:
             self._send_if_still_away(away)
         else:
             send = functools.partial(self._send_if_still_away, away)
-            self._delay(away.counted.client_id, due - now, send)
+            self._delay(away.counted.client_id, due, send)
 
     def _send_if_still_away(self, away: AwayAtStart) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another
@@ -264,7 +280,7 @@ class Wills:
             self._publish_will(client_id, username, will, behind, written)
             self._flush()
 
-        self._delay(client_id, delay, send)
+        self._delay(client_id, due, send)
 
     def _waited_for(self, client_id: str, written: WillWritten) -> WillWritten:
         """`written`, for a Will sent at once from its record: until it has run, the client
@@ -291,15 +307,15 @@ class Wills:
         else:
             waiting.append(then)
 
-    def _delay(self, client_id: str, delay: float, send: Callable[[], None]) -> None:
-        # One timer per client id: a Will resumed at start, and again at its client's return
-        # (Lifetimes.left_by_the_dead), is one Will.
-        self.forget_timer(client_id)
-        self._timers[client_id] = (asyncio.get_running_loop().call_later(delay, send), send)
+    def _delay(self, client_id: str, due: float, send: Callable[[], None]) -> None:
+        """The client's Will goes out at `due` (the broker's clock) by `send`. One time per
+        client id: a Will resumed at start, and again at its client's return
+        (Lifetimes.left_by_the_dead), is one Will."""
+        self._due.set(client_id, due)
+        self._sends[client_id] = send
 
     def forget_timer(self, client_id: str) -> None:
         """No timer for the client's Will any more (it fired, went out early, or was
         cancelled by the client's return)."""
-        delayed = self._timers.pop(client_id, None)
-        if delayed is not None:
-            delayed[0].cancel()
+        self._due.discard(client_id)
+        self._sends.pop(client_id, None)

@@ -25,6 +25,7 @@ from tests.integration.mqtt.clients import (
     drop,
     paho,
     paho_properties,
+    recorded_away,
     serve_process,
     start_server,
     stop_process,
@@ -32,6 +33,7 @@ from tests.integration.mqtt.clients import (
 from tests.integration.mqtt.raw import connect_packet, read, subscribe
 from tests.processes import dead_token
 
+from boxmq.clock import ManualClock
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.publishing import Publishing
@@ -207,25 +209,31 @@ def _watcher(server: RunningServer) -> Paho:
 
 
 def test_a_delayed_will_is_sent_after_a_restart(tmp_path: Path) -> None:
+    """The Will's delay, counted from its client's close on the broker's clock (moved here,
+    not waited for), runs on across a restart: not sent before it, sent once after it."""
     root = tmp_path / "root"
-    first = start_server(root)
+    clock = ManualClock(time.time())
+    first = start_server(root, clock=clock)
     try:
-        dying = _dying(first, "dying")
-        dropped = time.monotonic()
-        drop(dying)  # no DISCONNECT: its Will waits out its delay
+        drop(_dying(first, "dying"))  # no DISCONNECT: its Will waits out its delay
+        recorded_away(root, "dying")
     finally:
         first.shutdown()  # at once: the first server's timer dies with it
-    with start_server(root) as second:
+    with start_server(root, clock=clock) as second:
         watcher = _watcher(second)
+        clock.advance(WILL_DELAY - 0.5)
+        assert watcher.nothing(0.5)  # two ticks before it is due
+        clock.advance(1)
         will = watcher.next(timeout=WAIT)
-        waited = time.monotonic() - dropped
         assert (will.topic, will.payload, will.qos) == ("will/dying", WILL_PAYLOAD, 1)
         assert will.properties.UserProperty == [("k", "v")]
-        assert WILL_DELAY - 0.5 < waited < WAIT
-        assert watcher.nothing(WILL_DELAY + 0.5)  # once only
-    third = start_server(root)  # sent: its record no longer holds it
+        clock.advance(WILL_DELAY)
+        assert watcher.nothing(0.5)  # once only
+    third = start_server(root, clock=clock)  # sent: its record no longer holds it
     try:
-        assert _watcher(third).nothing(WILL_DELAY + 0.5)
+        watcher = _watcher(third)
+        clock.advance(WILL_DELAY)
+        assert watcher.nothing(0.5)
     finally:
         third.shutdown()
 
@@ -235,20 +243,24 @@ def test_a_client_back_within_the_will_delay_after_a_restart_cancels_its_will(
 ) -> None:
     """Two clients drop; after the restart one comes back within the delay: only the other's
     Will is sent (which shows the Wills do outlive the restart)."""
-    # "back" must reconnect within its delay, counted from its close, after a shutdown, a
-    # start and two connects: 4 s for that, with both connections closed at the same moment.
+    # "back" reconnects within its delay, counted from its close on the broker's clock,
+    # which stands still until it is moved past both delays.
     delay = 4
     root = tmp_path / "root"
-    with start_server(root) as first:
+    clock = ManualClock(time.time())
+    with start_server(root, clock=clock) as first:
         _drop_together(_dying(first, "back", delay), _dying(first, "gone", delay))
-    with start_server(root) as second:
+        recorded_away(root, "back")
+        recorded_away(root, "gone")
+    with start_server(root, clock=clock) as second:
         watcher = _watcher(second)
         back = paho(second, "back", clean=False, expiry=60)
         assert back.session_present
+        clock.advance(delay + 1)
         assert watcher.next(timeout=WAIT).topic == "will/gone"
-        # Had "back"'s Will not been cancelled it would have been due with "gone"'s (both
-        # closed together): 3 s of silence past that still covers it.
-        assert watcher.nothing(3)
+        # Had "back"'s Will not been cancelled it would have been due with "gone"'s: three
+        # ticks past that still cover it.
+        assert watcher.nothing(0.75)
 
 
 def test_a_will_of_a_client_connected_when_the_server_was_killed_is_sent_at_the_restart(

@@ -26,29 +26,33 @@ from tests.integration.mqtt.clients import (
 )
 from tests.integration.mqtt.raw import open_raw, packet, publish, read, string
 
+from boxmq.clock import ManualClock
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import read_record
 from boxmq.mqtt.settings import Limits, MqttSettings
 
 
 def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_ends(
-    server: RunningServer,
+    tmp_path: Path,
 ) -> None:
-    """Session Expiry 1 s, Will Delay 30 s: the Will goes out when the session ends, a second
-    after the close, not 30 s later ("until the Will Delay Interval has passed or the Session
-    ends, whichever happens first", §3.1.3.2.2), and the session is gone."""
-    watcher = paho(server, "watcher")
-    watcher.subscribe("wills/#", 1)
-    sock, _ = open_raw(server, "short", expiry=1, will=("wills/short", b"gone"), will_delay=30)
-    closed = time.monotonic()
-    sock.close()  # no DISCONNECT: the Will waits for the delay or the session's end
-    assert watcher.nothing(0.5)  # the session's second runs
-    will = watcher.next(timeout=WAIT)
-    waited = time.monotonic() - closed
-    assert (will.topic, will.payload) == ("wills/short", b"gone")
-    assert 0.9 < waited < 10, f"the Will came {waited:.2f} s after the close"
-    assert not paho(server, "short", clean=False, expiry=60).session_present
-    assert watcher.nothing(0.3)  # once
+    """Session Expiry 10 s, Will Delay 30 s: the Will goes out when the session ends, 10 s
+    after the close on the broker's clock (moved here, not waited for), not 30 s later
+    ("until the Will Delay Interval has passed or the Session ends, whichever happens
+    first", §3.1.3.2.2), and the session is gone."""
+    clock = ManualClock(time.time())
+    with start_server(tmp_path / "root", clock=clock) as server:
+        watcher = paho(server, "watcher")
+        watcher.subscribe("wills/#", 1)
+        sock, _ = open_raw(server, "short", expiry=10, will=("wills/short", b"gone"), will_delay=30)
+        sock.close()  # no DISCONNECT: the Will waits for the delay or the session's end
+        recorded_away(server.root, "short")
+        clock.advance(9)
+        assert watcher.nothing(0.5)  # the session's last second runs (two ticks)
+        clock.advance(2)
+        will = watcher.next(timeout=WAIT)
+        assert (will.topic, will.payload) == ("wills/short", b"gone")
+        assert not paho(server, "short", clean=False, expiry=60).session_present
+        assert watcher.nothing(0.3)  # once
 
 
 def _disconnect(reason: int, expiry: int) -> bytes:

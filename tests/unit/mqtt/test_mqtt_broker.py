@@ -1319,6 +1319,103 @@ def test_a_session_away_ends_when_the_brokers_clock_passes_its_expiry(tmp_path: 
     _run(tmp_path, test, clock)
 
 
+def _will_sent(watcher: Peer) -> list[bytes]:
+    """The payloads of the Wills `watcher` was sent since its last look."""
+    return [p.payload for p in watcher.take() if isinstance(p, Publish)]
+
+
+def _left_with_a_will(broker: Broker, client_id: str, *, delay: int, expiry: int) -> None:
+    """A persistent client with a delayed Will, gone without DISCONNECT."""
+    delayed = Properties.build(will_delay_interval=delay)
+    will = Will(f"will/{client_id}", b"gone", properties=delayed)
+    device = Peer(broker)
+    device.send(
+        Connect(
+            client_id,
+            V5,
+            clean_start=True,
+            will=will,
+            properties=Properties.build(session_expiry_interval=expiry),
+        )
+    )
+    device.take()
+    device.close()
+
+
+def test_a_delayed_will_goes_when_the_brokers_clock_passes_its_delay(tmp_path: Path) -> None:
+    """MQTT 5.0 §3.1.3.2.2: the Will waits its Will Delay Interval, timed on the broker's
+    clock, as the session's end is, not on the loop's real-time timer (a clock moved on
+    sent no Will, and its tests waited real seconds)."""
+    clock = ManualClock(time.time())
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=30, expiry=600)
+        clock.advance(29)
+        broker.tick(clock.now())
+        await asyncio.sleep(0.05)  # what a Will due would have sent by then
+        assert _will_sent(watcher) == []
+        clock.advance(2)
+        broker.tick(clock.now())
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+        record = read_record(str(tmp_path / "root"), "dev")
+        assert record is not None
+        assert (record.will, record.will_due) == (None, None)  # sent: a restart sends none
+
+    _run(tmp_path, test, clock)
+
+
+def test_a_will_delayed_past_its_session_goes_at_its_end_on_the_brokers_clock(
+    tmp_path: Path,
+) -> None:
+    """MQTT-3.1.3-9: the Will goes at the earlier of its delay and the session's end; with
+    the end on the broker's clock and the Will on the loop's, a clock moved past the end
+    ended the session and never sent its Will."""
+    clock = ManualClock(time.time())
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=3600, expiry=10)
+        clock.advance(11)
+        broker.tick(clock.now())
+        assert "dev" not in broker._sessions
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+
+    _run(tmp_path, test, clock)
+
+
+def test_a_will_due_while_the_server_stops_goes_at_the_next_start(tmp_path: Path) -> None:
+    """docs/mqtt.md "At a SIGTERM": a delayed Will that came due after the broker's last tick
+    is not sent by its stop (no tick runs then); its record keeps it, and the next start
+    sends it at once, to a durable subscriber too, once, and drops it from the record."""
+    root = str(tmp_path / "root")
+    clock = ManualClock(time.time())
+
+    async def first(broker: Broker) -> None:
+        watcher = _connect(broker, "watcher", expiry=600)
+        watcher.send(Subscribe(1, (Subscription("will/#", 1),)))
+        watcher.take()
+        watcher.close()  # away: its durable subscription keeps what comes
+        _left_with_a_will(broker, "dev", delay=30, expiry=600)
+        clock.advance(31)  # due, and the server stops before its next tick
+
+    async def then(broker: Broker) -> None:
+        watcher = _connect(broker, "watcher", expiry=600, clean=False)
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
+        await asyncio.sleep(0.05)  # a second copy would come with it
+        [will] = [p for p in watcher.take() if isinstance(p, Publish)]
+        assert (will.topic, will.payload) == ("will/dev", b"gone")
+        await _until(lambda: (read_record(root, "dev") or SessionRecord("", 0)).will is None)
+
+    _run(tmp_path, first, clock)
+    record = read_record(root, "dev")
+    assert record is not None
+    assert record.will is not None  # not sent at the stop
+    _run(tmp_path, then, clock)
+
+
 def _taken_on_elsewhere(root: Path, client_id: str) -> None:
     """The session's record as another server writes it when it takes the session on from
     one of its host that died (Lifetimes._take_on), or as that one's restart does: away
@@ -2977,17 +3074,21 @@ def test_a_record_the_restart_cannot_rewrite_does_not_hold_back_a_delayed_will(
     delayed = Properties.build(will_delay_interval=1)
     will = Will("status/killed", b"gone", properties=delayed)
     killed = SessionRecord("killed", 60, holder=process_token(), will=will)
+    clock = ManualClock(time.time())
 
     async def then(broker: Broker) -> None:
         watcher = _connect(broker, "watcher")
         watcher.send(Subscribe(1, (Subscription("status/#", 0),)))
-        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))  # one second on
+        watcher.take()
+        clock.advance(1.5)  # past its delay (1 s), counted from the restart
+        broker.tick(clock.now())
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
         [sent] = [p for p in watcher.take() if isinstance(p, Publish)]
         assert (sent.topic, sent.payload) == ("status/killed", b"gone")
 
     write_record(root, killed)
     _refuse_session_records(monkeypatch, root)
-    _run(tmp_path, then)
+    _run(tmp_path, then, clock)
 
 
 def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: Path) -> None:
@@ -3142,7 +3243,7 @@ def test_what_a_connect_and_a_sweep_get_of_a_session_whose_server_died(tmp_path:
         write_record(root, found)
         assert connect(found) == taken
         assert read_record(root, "x") == taken
-        assert "x" in broker._wills._timers  # its Will, due in 30 s
+        assert broker._wills._due.next_deadline() == now + 30  # its Will, on the clock
         write_record(root, found)
         assert sweep(found) == AwayAtStart(taken, found)
         assert read_record(root, "x") == taken
