@@ -141,6 +141,8 @@ def _check_session(args: argparse.Namespace) -> None:
         )
     if args.force and args.action == "ls":
         args.usage_error("--force goes with `session end`")
+    if args.config is not None and args.action == "end":
+        args.usage_error("--config goes with `session ls`")
 
 
 def _check_serve(args: argparse.Namespace) -> None:

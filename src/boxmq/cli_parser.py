@@ -451,6 +451,12 @@ def _session_arguments(p: argparse.ArgumentParser) -> None:
         help="end it although the server holding it runs on another machine, which cannot "
         "be told alive from here",
     )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="ls: the TOML file boxmq serve runs with; each session's end shown under its "
+        "[mqtt.limits] max_session_expiry, as that server applies it (default: as granted)",
+    )
 
 
 def _peek_arguments(p: argparse.ArgumentParser) -> None:

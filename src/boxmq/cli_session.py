@@ -42,9 +42,17 @@ __all__ = ["end", "holding_server", "listed", "ls"]
 
 
 def ls(args: argparse.Namespace, box: Box) -> int:
+    # The limit of the server's config file, if given: without it, the CLI cannot know the
+    # limit a server runs with, so a session shows the end it was granted, which a
+    # max_session_expiry lowered since cuts short (`listed`).
+    limit = None
+    if args.config is not None:
+        from boxmq.config import session_limit  # here: the config reader loads TLS, the ACL
+
+        limit = session_limit(args.config)
     chains = Chains(box.root, None)
     records = sorted(read_records(box.root), key=lambda r: r.client_id)
-    sessions = [listed(r, chains) for r in records]
+    sessions = [listed(r, chains, limit=limit) for r in records]
     if args.json:
         output.out(output.to_json(sessions))
         return 0
@@ -65,9 +73,15 @@ def ls(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
-def listed(record: SessionRecord, chains: Chains | None = None) -> dict[str, Any]:
+def listed(
+    record: SessionRecord, chains: Chains | None = None, *, limit: int | None = None
+) -> dict[str, Any]:
     """One session as `ls --json` shows it: pids, not process tokens (a user reads them).
-    Its counter is followed through the succession files of the root (`chains`)."""
+    Its counter is followed through the succession files of the root (`chains`). Its
+    expiry and its end are those a server whose `max_session_expiry` is `limit` applies (it
+    caps what it finds on disk by it: SessionRecord.capped), or as granted (None)."""
+    if limit is not None:
+        record = record.capped(limit)
     deadline = record.deadline()
     follow = record.holder is None  # one connected to a dead server is taken on by itself
     counter = record.counter if chains is None else chains.resolve(record.counter, follow=follow)

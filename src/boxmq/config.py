@@ -71,7 +71,7 @@ from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
 from boxmq.mqtt.tls import TlsFileError, server_context
 
-__all__ = ["Security", "ServeConfig", "load_config"]
+__all__ = ["Security", "ServeConfig", "load_config", "session_limit"]
 
 FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
@@ -289,6 +289,16 @@ def load_config(
         fsync_interval_from_file=fsync_interval is not None,
         file_sets_nothing=_sets_nothing(document),
     )
+
+
+def session_limit(path: str | os.PathLike[str]) -> int:
+    """The `[mqtt.limits] max_session_expiry` of the config file at `path` (the default if it
+    sets none), checked as `load_config` checks it: what `boxmq serve --config` caps the
+    sessions it finds on disk by, for `boxmq session ls --config`. Only that table is read,
+    not the password, ACL and TLS files the file names, which the CLI's user may not read."""
+    source = Path(path)
+    top = Table(_read_toml(source), source=source, homes=_homes())
+    return _limits(top.table("mqtt").table("limits"), Limits()).max_session_expiry
 
 
 def _sets_nothing(document: dict[str, Any]) -> bool:

@@ -44,6 +44,41 @@ def test_an_away_session_shows_when_it_ends_and_one_with_no_expiry_never_ends() 
     assert (forever["expiry"], forever["ends"]) == (None, None)
 
 
+def test_a_session_granted_more_than_the_servers_limit_shows_the_end_that_limit_gives() -> None:
+    """A server caps what it finds on disk by its `max_session_expiry` (lowered since the
+    session was granted), counted from the client's leaving (Lifetimes._capped): `listed`
+    under that limit shows that end, not the one the record was granted."""
+    away = SessionRecord("c", 3600, disconnected_at=AT)
+    shown = listed(away, limit=60)
+    assert (shown["expiry"], shown["ends"]) == (60, "2027-01-15T08:01:00+00:00")
+    assert listed(away, limit=7200)["ends"] == "2027-01-15T09:00:00+00:00"  # under it: as is
+    connected = listed(SessionRecord("c", NEVER, holder=ALIVE), limit=60)
+    assert (connected["expiry"], connected["ends"]) == (60, None)  # "60s after it leaves"
+
+
+def test_ls_with_the_servers_config_shows_the_end_its_limit_gives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`session ls --config FILE` reads the [mqtt.limits] max_session_expiry of the file
+    `boxmq serve` runs with; without it, the end the record was granted."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_record(str(root), SessionRecord("c", 3600, disconnected_at=AT))
+    config = tmp_path / "boxmq.toml"
+    config.write_text('[mqtt.limits]\nmax_session_expiry = "1m"\n')
+    assert cli.main(["--data", str(root), "--json", "session", "ls", "--config", str(config)]) == 0
+    [shown] = json.loads(capsys.readouterr().out)
+    assert (shown["expiry"], shown["ends"]) == (60, "2027-01-15T08:01:00+00:00")
+    assert cli.main(["--data", str(root), "session", "ls", "--config", str(config)]) == 0
+    assert "2027-01-15T08:01:00+00:00" in capsys.readouterr().out
+    assert cli.main(["--data", str(root), "--json", "session", "ls"]) == 0
+    [granted] = json.loads(capsys.readouterr().out)
+    assert (granted["expiry"], granted["ends"]) == (3600, "2027-01-15T09:00:00+00:00")
+    config.write_text("[mqtt.limits]\nmax_session_expiry = -1\n")
+    assert cli.main(["--data", str(root), "session", "ls", "--config", str(config)]) == 1
+    assert "max_session_expiry" in capsys.readouterr().err  # the file's error, as serve's
+
+
 def test_a_session_taken_on_by_a_server_shows_which_one_counts_it() -> None:
     """Kept by none (a server took it on at its start, or from one that died): the one
     that counts its end and its Will is shown, and an end is not refused (it holds nothing
@@ -170,7 +205,12 @@ def test_end_of_no_session_names_the_root_and_what_lists_them(
 def test_end_takes_a_client_id_and_ls_none(tmp_path: Path) -> None:
     # on a root that is not there too: it was told of the root (exit 1), not of the usage
     for root in (tmp_path, tmp_path / "missing"):
-        for words in (["session", "end"], ["session", "ls", "c"], ["session", "ls", "--force"]):
+        for words in (
+            ["session", "end"],
+            ["session", "ls", "c"],
+            ["session", "ls", "--force"],
+            ["session", "end", "c", "--config", str(tmp_path / "boxmq.toml")],
+        ):
             with pytest.raises(SystemExit) as exit:
                 cli.main(["--data", str(root), *words])
             assert exit.value.code == 2

@@ -612,18 +612,10 @@ class Lifetimes:
         return away
 
     def _capped(self, record: SessionRecord) -> SessionRecord:
-        """`record`, read from the disk, under this broker's `max_session_expiry`: a session
-        granted longer (never, or a limit lowered while no broker ran) ends by this one,
-        counted from its client's leaving, and its Will no later (MQTT 5.0 §3.1.3.2.2), as
-        if its CONNECT had come under this limit (mosquitto caps the sessions it restores
-        too). Kept, it outlived the limit the operator set by days, collecting messages."""
-        if record.expiry <= self._max_expiry:
-            return record
-        capped = replace(record, expiry=self._max_expiry)
-        if record.will_due is not None and record.disconnected_at is not None:
-            end = record.disconnected_at + self._max_expiry
-            capped = replace(capped, will_due=min(record.will_due, end))
-        return capped
+        """`record`, read from the disk, under this broker's `max_session_expiry`
+        (SessionRecord.capped). Kept as granted, it outlived the limit the operator set by
+        days, collecting messages."""
+        return record.capped(self._max_expiry)
 
     def _end_if_still_away(self, away: AwayAtStart) -> None:
         """The end of a session found on disk at start, unless its client came back (here, or

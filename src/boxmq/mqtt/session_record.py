@@ -200,6 +200,19 @@ class SessionRecord:
             return None
         return self.disconnected_at + self.expiry
 
+    def capped(self, limit: int) -> SessionRecord:
+        """This record under a broker's `max_session_expiry` of `limit`: a session granted
+        longer (never, or a limit lowered while no broker ran) ends by it, counted from its
+        client's leaving, and its Will no later (MQTT 5.0 §3.1.3.2.2), as if its CONNECT had
+        come under this limit (mosquitto caps the sessions it restores too). A broker caps
+        what it reads from the disk so (Lifetimes), and `boxmq session ls --config` shows it."""
+        if self.expiry <= limit:
+            return self
+        capped = replace(self, expiry=limit)
+        if self.will_due is not None and self.disconnected_at is not None:
+            capped = replace(capped, will_due=min(self.will_due, self.disconnected_at + limit))
+        return capped
+
 
 def _same_away(record: SessionRecord | None, scheduled: SessionRecord) -> bool:
     """Whether `record` is still the session away that `scheduled` was (its Will sent since
