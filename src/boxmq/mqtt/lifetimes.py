@@ -514,10 +514,14 @@ class Lifetimes:
             return
         client_id = away.counted.client_id
         self.cancel_expiry(client_id)
-        if deadline <= now:
+        # Never more than the expiry from now: a record written by a clock ahead of ours
+        # (another server's on this root, or ours before NTP stepped it back) held the
+        # session for the expiry and that lead too (an hour and a minute for 60 s).
+        left = min(deadline - now, away.counted.expiry)
+        if left <= 0:
             self._end_if_still_away(away)
         else:
-            self._end_at(client_id, deadline, partial(self._end_if_still_away, away))
+            self._end_at(client_id, now + left, partial(self._end_if_still_away, away))
 
     def adopt_the_dead(self) -> None:
         """The sweep of a running broker: the sessions whose counters (followed through the

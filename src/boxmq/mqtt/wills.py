@@ -190,13 +190,17 @@ class Wills:
     def resume(self, away: AwayAtStart, now: float) -> None:
         """At start: a Will that waited out its delay when the broker stopped (or whose
         connection died with it) goes out when due, at once if that time has passed."""
-        due = away.counted.will_due
+        due, left_at = away.counted.will_due, away.counted.disconnected_at
         assert due is not None
-        if due <= now:
+        # Never more than its delay from now: a record written by a clock ahead of ours
+        # (another server's on this root, or ours before NTP stepped it back) sent it that
+        # lead late (an hour for a delay of 10 s).
+        wait = due - now if left_at is None else min(due - now, due - left_at)
+        if wait <= 0:
             self._send_if_still_away(away)
         else:
             send = functools.partial(self._send_if_still_away, away)
-            self._delay(away.counted.client_id, due, send)
+            self._delay(away.counted.client_id, now + wait, send)
 
     def _send_if_still_away(self, away: AwayAtStart) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another

@@ -2725,6 +2725,31 @@ def test_a_start_leaves_the_sessions_a_running_server_keeps_or_counts_to_it(
     _run(tmp_path, test)
 
 
+def test_a_record_written_by_a_clock_ahead_counts_no_more_than_its_expiry_and_will_delay(
+    tmp_path: Path,
+) -> None:
+    """A session record whose time is in the future (written by a server on this root whose
+    clock runs an hour ahead, or by this host before NTP stepped its clock back an hour): its
+    session ended an hour and a minute later, and its Will went out an hour late, as if the
+    client had left at that time. A start counts from now at most the expiry (60 s) and the
+    Will's delay (10 s) it was written with."""
+    root = str(tmp_path / "root")
+    ahead = time.time() + 3600
+    will = Will("status/ahead", b"gone", properties=Properties.build(will_delay_interval=10))
+    record = SessionRecord(
+        "ahead", 60, disconnected_at=ahead, will=will, will_due=ahead + 10, counted_by=dead_token()
+    )
+    write_record(root, record)
+
+    async def test(broker: Broker) -> None:
+        loop_now = asyncio.get_running_loop().time()
+        assert broker._lifetimes.expiries["ahead"].when() - loop_now <= 60
+        timer, _ = broker._wills._timers["ahead"]
+        assert timer.when() - loop_now <= 10
+
+    _run(tmp_path, test)
+
+
 def test_a_start_follows_the_successions_and_takes_on_a_dead_servers_with_one_file(
     tmp_path: Path,
 ) -> None:
