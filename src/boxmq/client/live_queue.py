@@ -280,7 +280,7 @@ class LiveQueue(Outliving):
                 or self._engine.due_by(now := self._clock.now())
                 # The sweep it holds locks for (the reminder `_remind_when_due` asks): another
                 # process may have settled or extended one of them by id (`_reconcile`).
-                or bool(self._locks and now >= self._next_sweep)
+                or bool(self._locks and self._sweep_due(now))
                 or bool(self._cold or self._behind)
                 or self._next_scan != self._scanned_next  # a read asked for, not the periodic
             )
@@ -492,12 +492,18 @@ class LiveQueue(Outliving):
         if deferred and not self._inbox[consumer]:
             self._hand_out(self._look(now), consumer, found)
 
+    def _sweep_due(self, now: float) -> bool:
+        """Whether processing/ is to be looked at now: its time came, or it is further off
+        than an interval, which only a clock stepped back since makes it (NTP, `date -s`:
+        stepped back an hour, the locks of this host's dead processes stayed an hour)."""
+        return not 0.0 < self._next_sweep - now <= self._options.sweep_interval
+
     def _hand_out(self, now: float, pumping: ConsumerId, found: int) -> None:
         """Claim what waits for the consumers with room, for `pumping`'s receive, whose pump
         began when `_found` was `found`: the others it claimed for are told if names read
         from the folder were offered since (`_tell_others`)."""
         looked = False
-        if now >= self._next_sweep:
+        if self._sweep_due(now):
             self._next_sweep = now + self._options.sweep_interval
             if self._locks or not self._still(self._empty_processing, State.PROCESSING):
                 self._sweep(now)
