@@ -56,23 +56,29 @@ class SysTopics:
     def __init__(self, interval: float, *, version: str, started: float) -> None:
         self.interval = interval
         self._version = version
-        self._started = started
         self._next = started  # the first figures go out at the first tick
+        # The uptime adds up the time from update to update, none when the clock went back
+        # (NTP, `date -s`): `now - started` went out as -3585 seconds after a step of an hour.
+        self._uptime, self._updated = 0.0, started
         self._maximum = 0  # the most clients connected at once, as seen at an interval
         self.latest: dict[str, bytes] = {}  # topic -> its last payload, in publishing order
 
     def due(self, now: float) -> bool:
-        return self.interval > 0 and now >= self._next
+        # Also when the next is further off than an interval, which only a clock stepped
+        # back since makes it: stepped back an hour, the figures stopped for an hour.
+        return self.interval > 0 and not 0.0 < self._next - now <= self.interval
 
     def update(self, now: float, figures: Figures) -> list[tuple[str, bytes]]:
         """The topics whose values changed since the last update (all of them the first
         time), each with its new payload, kept as the latest; the next are due an interval
         from now (a late tick does not make the next come sooner)."""
         self._next = now + self.interval
+        self._uptime += max(0.0, now - self._updated)
+        self._updated = now
         self._maximum = max(self._maximum, figures.connected)
         values = {
             "version": self._version,
-            "uptime": f"{int(now - self._started)} seconds",
+            "uptime": f"{int(self._uptime)} seconds",
             "clients/connected": figures.connected,
             "clients/maximum": self._maximum,
             "subscriptions/count": figures.subscriptions,

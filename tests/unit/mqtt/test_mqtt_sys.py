@@ -43,6 +43,21 @@ def test_the_first_figures_are_due_at_once_and_the_next_an_interval_after_each()
     assert sys.due(_START + 10.5)
 
 
+def test_a_clock_stepped_back_neither_stops_the_figures_nor_takes_the_uptime_below_zero() -> None:
+    """The clock stepped back an hour (NTP, `date -s`) 5 s after an update: the next figures
+    were due an hour later, and the uptime went out as -3585 seconds. They are due at once
+    (the next is further off than an interval), and the uptime goes on from where it was."""
+    sys = _sys()
+    sys.update(_START, _figures())
+    back = _START + 5 - 3600
+    assert sys.due(back)
+    changed = dict(sys.update(back, _figures()))
+    assert changed == {}  # the uptime did not move back: 0 seconds still
+    assert not sys.due(back + 9.9)
+    changed = dict(sys.update(back + 10, _figures()))
+    assert changed == {"$SYS/broker/uptime": b"10 seconds"}
+
+
 def test_an_interval_of_zero_is_never_due() -> None:
     sys = _sys(0.0)
     assert not sys.due(_START)
