@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ManualClock", "SystemClock", "periodic_due"]
 
 
 class Clock(Protocol):
@@ -22,6 +22,14 @@ class SystemClock:
     # time.time itself, not a method that calls it: the MQTT door reads the clock a few times
     # per message.
     now = staticmethod(time.time)
+
+
+def periodic_due(now: float, next_at: float, interval: float) -> bool:
+    """Whether a look made every `interval` seconds, next at `next_at` (its last plus the
+    interval), is due at `now`: that time came, or it is further off than an interval, which
+    only a wall clock stepped back since the last makes it (NTP, a virtual machine resumed,
+    `date -s`). Without the second, a step back of an hour put the look off for an hour."""
+    return not 0.0 < next_at - now <= interval
 
 
 class ManualClock:

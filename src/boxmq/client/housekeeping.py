@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 from boxmq.client.due_subscriptions import DueSubscriptions
 from boxmq.client.live_state import LiveOptions
 from boxmq.client.sweeps import EXPIRY_NAMES_PER_SECOND, SweepReport, sweep
-from boxmq.clock import Clock
+from boxmq.clock import Clock, periodic_due
 from boxmq.core.durations import spelled
 from boxmq.errors import QueueNotFound, RecurringFailure, check_flag, store_failure
 from boxmq.store.commit import Committer
@@ -199,15 +199,16 @@ class Housekeeping:
         now = self._clock.now()
         limits = self.options.limits
         retention, purge = limits.processed_retention, False
-        if retention is not None and now >= self._next_purge:
+        purge_every = None if retention is None else min(60.0, retention / 100)
+        if purge_every is not None and periodic_due(now, self._next_purge, purge_every):
             # processed/ is the big folder (a day of traffic, by default): looked through at
             # most every hundredth of the retention (a minute at most), not every sweep.
-            purge, self._next_purge = True, now + min(60.0, retention / 100)
+            purge, self._next_purge = True, now + purge_every
         with self._lock:
             expiring, self._expiring = self._expiring, set()
             dropped, self._expiring_dropped = self._expiring_dropped, False
         # A full pass visits every subscription, with the root listed again for its queues.
-        every = full or purge or dropped or now >= self._next_full
+        every = full or purge or dropped or periodic_due(now, self._next_full, FULL_SWEEP_EVERY)
         # By path: a folder made by hand may not be escaped.
         queues = self._queue_folders(fresh=every)
         try:
@@ -256,7 +257,7 @@ class Housekeeping:
             markers=intake.markers,
         )
         intake.expire()
-        if now >= self._next_retained:
+        if periodic_due(now, self._next_retained, RETAINED_EVERY):
             # Each retained message is read, as at a SUBSCRIBE: not every sweep. One expired
             # is never sent meanwhile; this only gives its room back.
             self._next_retained = now + RETAINED_EVERY

@@ -26,6 +26,7 @@ from boxmq.client.lifecycle import envelope_of, lock_gone
 from boxmq.client.live_effects import why_dead
 from boxmq.client.message import Message
 from boxmq.client.outliving import Outliving
+from boxmq.clock import periodic_due
 from boxmq.core import Claim, Effect, Lease, Release
 from boxmq.errors import Closed, InvalidArgument
 from boxmq.model import ConsumerId, MessageId
@@ -493,10 +494,9 @@ class LiveQueue(Outliving):
             self._hand_out(self._look(now), consumer, found)
 
     def _sweep_due(self, now: float) -> bool:
-        """Whether processing/ is to be looked at now: its time came, or it is further off
-        than an interval, which only a clock stepped back since makes it (NTP, `date -s`:
-        stepped back an hour, the locks of this host's dead processes stayed an hour)."""
-        return not 0.0 < self._next_sweep - now <= self._options.sweep_interval
+        """Whether processing/ is to be looked at now (stepped back an hour, the locks of
+        this host's dead processes stayed an hour: `periodic_due`)."""
+        return periodic_due(now, self._next_sweep, self._options.sweep_interval)
 
     def _hand_out(self, now: float, pumping: ConsumerId, found: int) -> None:
         """Claim what waits for the consumers with room, for `pumping`'s receive, whose pump

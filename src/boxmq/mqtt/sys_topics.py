@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from boxmq.clock import periodic_due
 from boxmq.core.topics import matches
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.packets import new_publish
@@ -64,9 +65,8 @@ class SysTopics:
         self.latest: dict[str, bytes] = {}  # topic -> its last payload, in publishing order
 
     def due(self, now: float) -> bool:
-        # Also when the next is further off than an interval, which only a clock stepped
-        # back since makes it: stepped back an hour, the figures stopped for an hour.
-        return self.interval > 0 and not 0.0 < self._next - now <= self.interval
+        # Stepped back an hour, the figures stopped for an hour (`periodic_due`).
+        return self.interval > 0 and periodic_due(now, self._next, self.interval)
 
     def update(self, now: float, figures: Figures) -> list[tuple[str, bytes]]:
         """The topics whose values changed since the last update (all of them the first
