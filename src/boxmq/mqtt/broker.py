@@ -55,7 +55,7 @@ from typing import Final
 import boxmq
 from boxmq.client.box import Box
 from boxmq.client.subscriber import Subscriber
-from boxmq.clock import Clock
+from boxmq.clock import Clock, periodic_due
 from boxmq.core import parse_filter
 from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
@@ -431,7 +431,7 @@ class Broker:
         self._wills.retry(now=now)
         self._wills.send_due(now)  # first: a Will due with its session's end goes before it
         self._lifetimes.end_due(now)
-        if now >= self._next_adoption:
+        if periodic_due(now, self._next_adoption, _ADOPT_EVERY):  # a clock stepped back too
             self._next_adoption = now + _ADOPT_EVERY
             self._lifetimes.adopt_the_dead()
         self._delivery.report_drops(now=now)

@@ -2811,6 +2811,26 @@ def test_a_running_server_takes_on_a_session_whose_counter_died(tmp_path: Path) 
     _run(tmp_path, test)
 
 
+def test_a_clock_stepped_back_does_not_put_off_taking_on_the_sessions_of_dead_servers(
+    tmp_path: Path,
+) -> None:
+    """The timer looks every second for sessions whose server died. Its next look was a time
+    of the wall clock: stepped back an hour (NTP, `date -s`), it did not look for an hour,
+    and a session whose server was killed meanwhile was neither ended nor its Will sent."""
+    root = str(tmp_path / "root")
+    orphan = SessionRecord("orphan", 1, disconnected_at=time.time() - 10, counted_by=dead_token())
+
+    async def test(broker: Broker) -> None:
+        now = time.time()
+        broker.tick(now)  # its look: the next in a second
+        await _until(lambda: not broker._lifetimes._looking)
+        write_record(root, orphan)
+        broker.tick(now + 2 - 3600)  # two seconds on, the clock stepped back an hour
+        await _until(lambda: read_record(root, "orphan") is None)
+
+    _run(tmp_path, test)
+
+
 def test_a_server_that_stopped_is_not_said_to_have_died(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
