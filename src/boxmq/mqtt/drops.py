@@ -22,6 +22,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
+from boxmq.clock import periodic_due
+
 __all__ = ["DropLog", "Refusals", "Summary"]
 
 INTERVAL: Final = 10.0  # seconds between two summary lines for one client
@@ -89,7 +91,7 @@ class DropLog(Generic[Key]):
         is over."""
         summaries: list[Summary[Key]] = []
         for key, run in list(self._runs.items()):
-            if now < run.ends:
+            if not periodic_due(now, run.ends, self.interval):  # a clock stepped back too
                 continue
             if run.counted:
                 summaries.append(Summary(key, run.counted))

@@ -25,6 +25,19 @@ def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
     assert drops.flush() == []
 
 
+def test_a_clock_stepped_back_does_not_hold_a_count_back_for_the_step() -> None:
+    """The clock stepped back an hour (NTP, `date -s`) during a run: its count was told an
+    hour later, every drop of that hour in one line. It is told at the next tick."""
+    drops: DropLog[str] = DropLog(interval=10)
+    assert drops.dropped("slow", now=100)
+    assert not drops.dropped("slow", now=105)
+    back = 106 - 3600
+    assert drops.due(now=back) == [Summary("slow", 1)]
+    assert not drops.dropped("slow", now=back + 1)  # the run goes on, its next count due
+    assert drops.due(now=back + 9.9) == []
+    assert drops.due(now=back + 10) == [Summary("slow", 1)]
+
+
 @given(st.lists(st.tuples(st.sampled_from("ab"), st.floats(0, 5)), max_size=60))
 def test_every_drop_is_told_once_as_a_first_or_in_a_count(steps: list[tuple[str, float]]) -> None:
     drops: DropLog[str] = DropLog(interval=10)
