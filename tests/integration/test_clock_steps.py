@@ -3,6 +3,7 @@ own timers, which read the box's clock, do after it (docs/operations.md "Clocks"
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -12,6 +13,8 @@ from tests.processes import dead_token
 import boxmq
 from boxmq.client.housekeeping import FULL_SWEEP_EVERY
 from boxmq.model import ConsumerId
+from boxmq.mqtt.server import MqttServer
+from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.names import Lock, locked_name
 
 
@@ -79,3 +82,37 @@ def test_a_clock_stepped_back_does_not_put_off_the_full_pass_of_the_sweep(root: 
         [report] = box.sweep(full=False).values()
         assert report.released == 1
         assert len(os.listdir(target)) == 1
+
+
+# An MQTT 3.1.1 CONNECT with a keep-alive of 60 s, clean session, client id "c"; its CONNACK.
+_CONNECT = b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c"
+_CONNACK = b"\x20\x02\x00\x00"
+_PINGREQ, _PINGRESP = b"\xc0\x00", b"\xd0\x00"
+
+
+def test_a_clock_stepped_forward_does_not_close_every_mqtt_connection(root: Path) -> None:
+    """MQTT keep-alives count from each connection's last packet, read from the wall clock:
+    stepped forward an hour (NTP, `date -s`), the next tick closed every connection whose
+    keep-alive is under 40 minutes (keep-alive timeout) and sent its Will. The server tells
+    the step against a monotonic clock, and the keep-alives move with it."""
+    wall, steady = SteppedClock(time.time()), SteppedClock(1000.0)
+
+    async def main() -> None:
+        with boxmq.open(root, fsync="never") as box:
+            settings = MqttSettings(listeners=(Listener("127.0.0.1", 0),))
+            server = MqttServer(box, settings, clock=wall, steady=steady.now)
+            [(host, port)] = await server.start()
+            stop = asyncio.Event()
+            running = asyncio.create_task(server.run(stop))
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(_CONNECT)
+            assert await asyncio.wait_for(reader.readexactly(4), 10) == _CONNACK
+            wall.set(wall.now() + 3600)  # the monotonic clock does not move
+            await asyncio.sleep(1)  # four ticks
+            writer.write(_PINGREQ)
+            assert await asyncio.wait_for(reader.readexactly(2), 10) == _PINGRESP
+            writer.close()
+            stop.set()
+            await running
+
+    asyncio.run(main())

@@ -76,6 +76,14 @@ class Deadlines(Generic[K]):
                 out.append(key)
         return out
 
+    def shift(self, by: float) -> None:
+        """Move every key's time `by` seconds (the wall clock they were read from was stepped
+        by that much): their order stays, and stale items are dropped."""
+        self._items = {
+            key: (when + by, order, held) for key, (when, order, held) in self._items.items()
+        }
+        self._heap = sorted(self._items.values())  # a sorted list is a heap
+
     def next_deadline(self) -> float | None:
         """The earliest time of a key; None if there is none."""
         heap = self._heap

@@ -422,6 +422,19 @@ class Broker:
     def flush(self) -> None:
         self._out.flush()
 
+    def clock_stepped(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds (NTP, `date -s`: MqttServer tells it
+        against a monotonic clock). The keep-alives and CONNECT timeouts count from each
+        connection's last packet and opening, read from that clock: they move with it, or a
+        step forward closed every connection (and sent its Will) at the next tick, and a step
+        back kept a silent one open the step longer."""
+        for client in self._clients.values():
+            client.opened += by
+            client.link.connection.last_heard += by
+            if client.claim_waited_since is not None:
+                client.claim_waited_since += by
+        self._timers.shift(by)
+
     def tick(self, now: float) -> None:
         """The timer: keep-alives, CONNECT timeouts, delayed Wills, the ends of sessions away,
         messages others dropped in dropboxes, the sessions of servers of this host that died,

@@ -59,6 +59,7 @@ import socket
 import ssl
 import sys
 import termios
+import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Final, cast
@@ -85,6 +86,10 @@ __all__ = ["MqttServer", "bind_listeners", "close_sockets"]
 log = logging.getLogger("boxmq.mqtt")
 
 _TICK: Final = 0.25  # seconds: keep-alives, CONNECT timeouts, files others dropped
+# A difference between the wall clock's move and the monotonic clock's from one tick to the
+# next that is a step of the wall clock (NTP at boot, `date -s`), not a slew (NTP slews at
+# most 0.5 ms a second) nor a late tick (both clocks move alike).
+_STEP: Final = 1.0
 _READ_SIZE: Final = 256 << 10  # bytes a read may bring: what asyncio's own reads ask for
 _WRITE_HIGH: Final = 4 << 20  # bytes buffered for a client before it counts as congested
 _LINGER: Final = 5.0  # seconds a closed connection's last bytes get to be read (`close`)
@@ -779,8 +784,19 @@ class _Listening:
 class MqttServer:
     """The listeners of `settings`, one broker behind them, and its timer."""
 
-    def __init__(self, box: Box, settings: MqttSettings, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        box: Box,
+        settings: MqttSettings,
+        *,
+        clock: Clock | None = None,
+        steady: Callable[[], float] | None = None,
+    ) -> None:
         self._clock = clock or SystemClock()
+        # What a step of the clock is told against, from tick to tick (`_stepped`): the
+        # system's monotonic clock for the system's; a test's clock comes with its own, or
+        # none (a ManualClock moved by hand is no step).
+        self._steady = steady if steady is not None or clock is not None else time.monotonic
         self.broker = Broker(box, settings, self._clock)
         self.settings = settings
         self._listening: list[_Listening] = []
@@ -906,16 +922,34 @@ class MqttServer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Tick until `stop` is set, then close (see `close`)."""
+        steady = self._steady
+        last = (self._clock.now(), steady()) if steady is not None else None
         try:
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=_TICK)
                 now = self._clock.now()
+                if steady is not None and last is not None:
+                    last = self._stepped(last, (now, steady()))
                 self._heard_unread(now)
                 self.broker.tick(now)
                 self.tell_failed_handshakes(now=now)
         finally:
             await self.close()
+
+    def _stepped(self, last: tuple[float, float], now: tuple[float, float]) -> tuple[float, float]:
+        """(wall, monotonic) `now`, after the broker was told of a step of the wall clock
+        since the `last` tick's (`Broker.clock_stepped`)."""
+        step = (now[0] - last[0]) - (now[1] - last[1])
+        if abs(step) >= _STEP:
+            log.warning(
+                "the wall clock was stepped %s %s: the keep-alives and CONNECT timeouts move "
+                "with it; lock deadlines and expirations do not (docs/operations.md, Clocks)",
+                "forward" if step > 0 else "back",
+                spelled(round(abs(step), 1)),
+            )
+            self.broker.clock_stepped(step)
+        return now
 
     def _heard_unread(self, now: float) -> None:
         """Before the keep-alives are checked: the clients not read now that count as heard

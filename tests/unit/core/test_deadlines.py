@@ -91,3 +91,17 @@ def test_due_gives_what_a_scan_of_every_key_gives(steps: list[tuple[int, int | N
         for k in got:
             del times[k]
         assert deadlines.next_deadline() == min(times.values(), default=None)
+
+
+def test_shift_moves_every_time_and_forgets_nothing() -> None:
+    """A wall clock stepped an hour forward: every key is due an hour later, in its order,
+    and a key set again before the shift is due at its last time only."""
+    deadlines: Deadlines[str] = Deadlines()
+    deadlines.set("a", 10.0)
+    deadlines.set("b", 5.0)
+    deadlines.set("a", 20.0)  # its item at 10 is stale
+    deadlines.shift(3600.0)
+    assert deadlines.next_deadline() == 3605.0
+    assert deadlines.due(3619.0) == ["b"]
+    assert deadlines.due(3620.0) == ["a"]
+    assert len(deadlines) == 0
