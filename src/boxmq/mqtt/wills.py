@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Final
 
-from boxmq.clock import Clock
+from boxmq.clock import Clock, periodic_due
 from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
 from boxmq.errors import store_failure
@@ -120,7 +120,7 @@ class SentWills:
 
     def retry(self, *, now: float) -> None:
         """Write the records still holding a Will sent; on the broker's timer."""
-        if not self._unrecorded or now < self._next_try:
+        if not self._unrecorded or not periodic_due(now, self._next_try, _RETRY_EVERY):
             return
         self._next_try = now + _RETRY_EVERY
         for client_id, waiting in list(self._unrecorded.items()):

@@ -59,3 +59,21 @@ def test_a_record_changed_meanwhile_is_left_alone(
     wills.retry(now=10.0)
     assert read_record(root, "c1") == back
     assert not wills.already_sent(_AWAY)
+
+
+def test_a_clock_stepped_back_does_not_put_the_next_try_off_for_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The clock stepped back an hour (NTP, `date -s`) after the disk refused the record: its
+    next try was an hour off, and a restart meanwhile sent the Will again. It is tried at
+    the broker's next tick."""
+    root = str(tmp_path)
+    write_record(root, _AWAY)
+    wills = SentWills(root)
+    monkeypatch.setattr(os, "rename", _full)
+    wills.sent(_AWAY, _holds, now=3600.0)
+    monkeypatch.undo()
+    wills.retry(now=0.5)  # half a second on, stepped back an hour
+    record = read_record(root, "c1")
+    assert record is not None
+    assert (record.will, record.will_due) == (None, None)
