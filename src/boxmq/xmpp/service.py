@@ -27,6 +27,7 @@ from boxmq.client.consumer import Consumer
 from boxmq.client.message import Message
 from boxmq.client.queue import Queue
 from boxmq.client.receiver import Receiver
+from boxmq.clock import periodic_due
 from boxmq.errors import (
     BoxMQError,
     Closed,
@@ -255,7 +256,7 @@ class QueueService:
     def expire(self, now: float) -> None:
         """XEP-0254 §4: a lock that timed out: unlock notification, then the next subscriber.
         Now and then also the queues that another process deleted under their subscribers."""
-        if now >= self._next_deleted_check:
+        if periodic_due(now, self._next_deleted_check, DELETED_CHECK):  # a clock stepped back too
             self._next_deleted_check = now + DELETED_CHECK
             for node in {s.node for s in self._subscriptions.all()} & self._queues.keys():
                 self._deleted_elsewhere(node)

@@ -326,6 +326,22 @@ def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Pa
     assert _deletes(wire) == [BOB]
 
 
+def test_a_clock_stepped_back_does_not_put_off_the_timers_look_for_deleted_queues(
+    wire: Wire, root: Path
+) -> None:
+    """The timer's look for queues another process deleted was next due at a time of the
+    wall clock: stepped back an hour (NTP, `date -s`), it made none for an hour, and the
+    subscribers of a queue deleted meanwhile were not told."""
+    wire.create()
+    wire.subscribe(BOB, 1)
+    now = time.time()
+    wire.service.expire(now)  # its look: the next in a second
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    wire.service.expire(now + 2 - 3600)  # two seconds on, stepped back an hour
+    assert _deletes(wire) == [BOB]
+
+
 def test_qos_to_a_queue_deleted_by_another_process_goes_to_the_topic(
     wire: Wire, root: Path, box: boxmq.Box
 ) -> None:
