@@ -659,6 +659,11 @@ class Lifetimes:
         self.expiries.set(client_id, when)
         self._ends[client_id] = end
 
+    def clock_stepped(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds (Broker.clock_stepped): the ends of the
+        sessions away move with it, counting the time that passed, not the step."""
+        self.expiries.shift(by)
+
     def end_due(self, now: float) -> None:
         """On the broker's timer: the sessions whose time came at `now` end (or are let go,
         those another broker holds or counts now)."""

@@ -174,6 +174,11 @@ class Wills:
         if send is not None:
             send()
 
+    def clock_stepped(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds (Broker.clock_stepped): the delays under
+        way move with it, counting the time that passed, not the step."""
+        self._due.shift(by)
+
     def send_due(self, now: float) -> None:
         """On the broker's timer, before the sessions' ends (Lifetimes.end_due): the delayed
         Wills whose time came at `now` go out. A Will is due no later than its session's end

@@ -1366,6 +1366,34 @@ def test_a_delayed_will_goes_when_the_brokers_clock_passes_its_delay(tmp_path: P
     _run(tmp_path, test, clock)
 
 
+def test_a_clock_stepped_forward_neither_sends_a_delayed_will_nor_ends_its_session_early(
+    tmp_path: Path,
+) -> None:
+    """A delayed Will and a session's end are times of the broker's (wall) clock; stepped
+    forward an hour (NTP, `date -s`: MqttServer tells the broker the step), they move with it,
+    as the keep-alives do, where they would all be due at the next tick: the loop's timers
+    they replace counted real time, which no step changes."""
+    clock = ManualClock(time.time())
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=30, expiry=60)
+        clock.advance(3600)
+        broker.clock_stepped(3600)
+        clock.advance(1)
+        broker.tick(clock.now())
+        await asyncio.sleep(0.05)  # what a Will due would have sent by then
+        assert _will_sent(watcher) == []
+        assert "dev" in broker._sessions
+        clock.advance(30)
+        broker.tick(clock.now())
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+        assert "dev" in broker._sessions  # its end is 60 s after it left, the step aside
+
+    _run(tmp_path, test, clock)
+
+
 def test_a_will_delayed_past_its_session_goes_at_its_end_on_the_brokers_clock(
     tmp_path: Path,
 ) -> None:
@@ -2741,13 +2769,18 @@ def test_a_record_written_by_a_clock_ahead_counts_no_more_than_its_expiry_and_wi
     )
     write_record(root, record)
 
-    async def test(broker: Broker) -> None:
-        loop_now = asyncio.get_running_loop().time()
-        assert broker._lifetimes.expiries["ahead"].when() - loop_now <= 60
-        timer, _ = broker._wills._timers["ahead"]
-        assert timer.when() - loop_now <= 10
+    clock = ManualClock(time.time())
 
-    _run(tmp_path, test)
+    async def test(broker: Broker) -> None:
+        # Both timed on the broker's clock: the Will due within 10 s, the end within 60 s.
+        assert "ahead" in broker._lifetimes.expiries
+        broker.tick(clock.now() + 10)
+        await _until(lambda: getattr(read_record(root, "ahead"), "will", None) is None)
+        assert "ahead" in broker._lifetimes.expiries  # the Will went; the session is still on
+        broker.tick(clock.now() + 60)
+        await _until(lambda: read_record(root, "ahead") is None)
+
+    _run(tmp_path, test, clock)
 
 
 def test_a_start_follows_the_successions_and_takes_on_a_dead_servers_with_one_file(
