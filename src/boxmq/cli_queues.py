@@ -184,7 +184,8 @@ def _unsubscribe_line(box: Box, name: str) -> str | None:
     refusal, which said `no queue` alone; None if `name` is none. The `boxmq unsubscribe`
     for those the CLI or the API kept; not for an MQTT session's, which unsubscribe refuses
     (cli_subscribe: its client counts on it), so said as its client ends it."""
-    from boxmq.mqtt.session_record import record_named  # here: `ls` loads no MQTT module
+    from boxmq.mqtt.brokers import client_s_broker  # here: `ls` loads no MQTT module
+    from boxmq.mqtt.session_record import record_named
 
     readers = [
         reader
@@ -193,7 +194,9 @@ def _unsubscribe_line(box: Box, name: str) -> str | None:
         for reader in ([info.subscriber] if info.subscriber else info.members)
     ]
     sessions = [r for r in readers if (record := record_named(box.root, r)) and record.made(name)]
-    kept = [reader for reader in readers if reader not in sessions]
+    # A connected client's whose session is not persistent: no record, bound to its broker.
+    clients = [r for r in readers if r not in sessions and client_s_broker(box, name, r)]
+    kept = [reader for reader in readers if reader not in sessions and reader not in clients]
     said = []
     if len(kept) == 1:
         said.append(f"`{shlex.join(['boxmq', 'unsubscribe', name, '--name', kept[0]])}` ends it")
@@ -209,6 +212,16 @@ def _unsubscribe_line(box: Box, name: str) -> str | None:
         said.append(
             f"those of the MQTT sessions of {', '.join(sessions)} end when each client "
             "unsubscribes (UNSUBSCRIBE), or connects once with a clean start"
+        )
+    if len(clients) == 1:
+        said.append(
+            f"that of the MQTT client {clients[0]}, connected with a session that is not "
+            "persistent, ends when it unsubscribes (UNSUBSCRIBE) or disconnects"
+        )
+    elif clients:
+        said.append(
+            f"those of the MQTT clients {', '.join(clients)}, connected with sessions that are "
+            "not persistent, end when each unsubscribes (UNSUBSCRIBE) or disconnects"
         )
     return "; ".join(said) or None
 

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from boxmq import cli_output as output
 from boxmq.client import Box, Message
 from boxmq.errors import InvalidArgument, LockError, QueueNotFound
+from boxmq.mqtt.brokers import client_s_broker
 from boxmq.mqtt.session_record import SessionRecord, record_named
 from boxmq.store.process import process_alive, token_pid
 
@@ -205,6 +206,27 @@ def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscri
     )
 
 
+def _refuse_a_connected_client(box: Box, filter: str, subscriber: str) -> None:
+    """InvalidArgument if `subscriber`'s membership of the share group `filter` is that of a
+    connected MQTT client whose session is not persistent: it has no record on disk to tell
+    it (`_refuse_an_mqtt_session`), but its membership is bound to the process of the broker
+    it is connected to (brokers.py), where a `boxmq subscribe` run's is bound to that run's.
+    Ended here, the broker still counted it a member and sent to it; once the group's other
+    members left, the group was deleted, and the client, still subscribed and connected, got
+    nothing of what came (`publish` saying published)."""
+    broker = client_s_broker(box, filter, subscriber)
+    if broker is None:
+        return
+    where = "" if process_alive(broker) else " on another machine"
+    raise InvalidArgument(
+        f"{subscriber} is the client id of an MQTT client connected to boxmq serve, process "
+        f"{token_pid(broker)}{where}, and {filter} its own: that broker would still send to "
+        "it as a member, and the client wait for messages that no longer come. That client "
+        "unsubscribes (UNSUBSCRIBE), or disconnects: its session is not persistent, and its "
+        "subscriptions end with its connection"
+    )
+
+
 def _what_another_name_gets(filter: str) -> str:
     """What a run under another --name gets, for the refusals that ask for one: a member of a
     share group shares the group's messages with the others, it does not get every one."""
@@ -231,6 +253,7 @@ def _session_state(record: SessionRecord) -> str:
 
 def unsubscribe(args: argparse.Namespace, box: Box) -> int:
     _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=True)
+    _refuse_a_connected_client(box, args.filter, args.subscriber)
     if not box.topics.has_subscription(args.filter, args.subscriber):
         # Quoted, as peek and get of one that is not there say it: `--name ''` (a script's
         # empty variable) said "no subscription x for  (...)", the name nowhere to be seen.

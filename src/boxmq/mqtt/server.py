@@ -69,6 +69,7 @@ from boxmq.clock import Clock, SystemClock
 from boxmq.core.durations import spelled
 from boxmq.errors import ProtocolViolation, RecurringFailure, store_failure
 from boxmq.host_names import HOST_NAME_RULE
+from boxmq.mqtt import brokers
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.drops import DropLog, Refusals
@@ -80,6 +81,7 @@ from boxmq.mqtt.settings import (
     open_to_anyone,
     open_warning,
 )
+from boxmq.store.process import process_token
 
 __all__ = ["MqttServer", "bind_listeners", "close_sockets"]
 
@@ -808,6 +810,7 @@ class MqttServer:
         # Failed handshakes by client host and reason: a client that retries every second
         # with an expired certificate is told once, then counted (handshake_failed).
         self._failed_handshakes: DropLog[tuple[str, str]] = DropLog()
+        self._token: str | None = None  # this process, marked a broker from `start` (brokers.py)
 
     def protocol(self, accepted: float | None = None) -> _Protocol:
         """The protocol of a client's socket (after its TLS handshake, on a TLS listener,
@@ -863,6 +866,10 @@ class MqttServer:
         """Listen on every listener; the addresses bound (a port of 0 gets a free one).
         `sockets`: each listener's, bound already (`bind_listeners`); None: bound here."""
         self.broker.resume_expiries()  # before any client: one that returns cancels its own
+        # Before any client too: its memberships name this process, and the CLI, which must
+        # not end them, tells them from a `boxmq subscribe` run's by this mark (brokers.py).
+        self._token = process_token()
+        brokers.mark(self.broker.box.root, self._token)
         own = sockets is None
         if sockets is None:
             sockets = await bind_listeners(self.settings.listeners)
@@ -967,6 +974,8 @@ class MqttServer:
             handshake.cancel()  # start_tls closes its socket
         self.tell_failed_handshakes()
         await self.broker.close()
+        if self._token is not None:
+            brokers.unmark(self.broker.box.root, self._token)
         await self._lingered()
         log.info("MQTT listeners closed")
 

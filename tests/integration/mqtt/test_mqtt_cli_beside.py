@@ -73,3 +73,45 @@ def test_a_client_id_given_as_subscriber_is_told_its_name_on_disk(tmp_path: Path
         finally:
             for client in clients:
                 client.stop()
+
+
+def test_unsubscribe_refuses_a_connected_non_persistent_client_s_membership(
+    tmp_path: Path,
+) -> None:
+    """`boxmq unsubscribe '$share/h/r/#' --name np` of a connected client with no persistent
+    session (no record on disk) removed its membership while the server still sent to it: once
+    the other member left, the group was deleted, np still subscribed got nothing, and
+    `boxmq publish` said published. It is now refused as a persistent session's is, saying its
+    client unsubscribes or disconnects; delete does not offer it; a plain subscription of such
+    a client is in memory only (docs/mqtt.md), and no unsubscribe finds it."""
+    with serving_fresh(tmp_path) as served:
+        root = served.root
+        np = paho(served, "np", v5=True)  # clean start, no Session Expiry: not persistent
+        try:
+            np.subscribe("$share/h/r/#", 1)
+            np.subscribe("a/#", 1)
+            _ok(root, "subscribe", "$share/h/r/#", "--name", "kept", "--keep", "--idle", "0")
+            refused = boxmq_cli(root, "unsubscribe", "$share/h/r/#", "--name", "np")
+            assert refused.returncode == 1, refused
+            [line] = refused.stderr.splitlines()
+            assert line.startswith(
+                "boxmq unsubscribe: np is the client id of an MQTT client connected to boxmq "
+                "serve, process "
+            ), line
+            assert "That client unsubscribes (UNSUBSCRIBE), or disconnects" in line, line
+            [line] = boxmq_cli(root, "delete", "$share/h/r/#").stderr.splitlines()
+            assert "--name np" not in line, line
+            assert "`boxmq unsubscribe '$share/h/r/#' --name kept` ends it" in line, line
+            assert (
+                "MQTT client np, connected with a session that is not persistent, ends when it "
+                "unsubscribes (UNSUBSCRIBE) or disconnects" in line
+            ), line
+            _ok(root, "unsubscribe", "$share/h/r/#", "--name", "kept")
+            assert "np" in _ok(root, "ls")
+            _ok(root, "publish", "r/1", "to-np")
+            assert np.next().payload == b"to-np"
+            refused = boxmq_cli(root, "unsubscribe", "a/#", "--name", "np")
+            assert refused.returncode == 1, refused
+            assert "no subscription of 'np' to 'a/#'" in refused.stderr, refused.stderr
+        finally:
+            np.stop()
