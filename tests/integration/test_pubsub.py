@@ -438,6 +438,27 @@ def test_bad_topic_names_are_refused(box: boxmq.Box, bad: str) -> None:
         box.publish(bad, "x")
 
 
+@pytest.mark.parametrize("topic", ["$SYS", "$SYS/broker/version", "$SYS/app/x"])
+def test_the_servers_own_sys_topics_are_refused(box: boxmq.Box, root: Path, topic: str) -> None:
+    """A `$SYS` topic is a server's own (docs/mqtt.md): `box.publish('$SYS/broker/version',
+    ..., retain=True)` was stored, and a new MQTT subscriber got two retained messages on one
+    topic, the server's and this one. It is refused as a wildcard is, nothing written, by
+    `publish_many` and `intake.assured` too (the MQTT door's, which an ACL may allow, are not
+    the user's: `reserved`)."""
+    with box.subscribe("$SYS/#", "watcher") as watcher:
+        with pytest.raises(boxmq.InvalidTopic, match=r"\$SYS topics are the MQTT server's own"):
+            box.publish(topic, "fake", retain=True)
+        with pytest.raises(boxmq.InvalidTopic, match=r"\$SYS topics are the MQTT server's own"):
+            box.topics.publish_many([Publication(topic, b"fake")])
+        with pytest.raises(boxmq.InvalidTopic, match=r"\$SYS topics are the MQTT server's own"):
+            box.intake.assured("src", "1", b"fake", topic=topic)
+        assert _message_files(root) == []
+        assert drain(watcher) == []
+    with box.subscribe("$SYSTEM/#", "other") as other:  # a first level that is not `$SYS`
+        box.publish("$SYSTEM/x", "ok")
+        assert bodies(other) == ["ok"]
+
+
 def _message_files(root: Path) -> list[Path]:
     """Every file a publication can leave: copies in the dropboxes, staging files."""
     return [

@@ -47,7 +47,7 @@ from boxmq.client.spill import spilled
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits, QoS
 from boxmq.core.durations import check_seconds
-from boxmq.core.topics import validate_topic
+from boxmq.core.topics import refuse_sys, validate_topic
 from boxmq.errors import (
     BoxMQError,
     InvalidArgument,
@@ -284,6 +284,8 @@ class AssuredIntake:
             # Before anything is kept: a topic no publish could take ("a/+", "") was stored,
             # then failed at `deliver` after its marker, and every later start with it.
             validate_topic(message.topic)
+            if not reserved:  # a door's: the MQTT one lets an ACL rule allow `$SYS`
+                refuse_sys(message.topic)
         check_given(message.properties, None, None)
         if not reserved:
             refuse_reserved(message.properties)

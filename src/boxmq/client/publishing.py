@@ -31,6 +31,7 @@ from boxmq.client.spill import spilled
 from boxmq.clock import Clock
 from boxmq.core import Destination, QoS, validate_topic
 from boxmq.core.durations import check_seconds
+from boxmq.core.topics import refuse_sys
 from boxmq.errors import InvalidArgument, MetadataTooLong, check_flag, naming
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -203,7 +204,8 @@ class Publisher:
         check_flag("superseded", superseded)  # "no" kept a retained one from replacing
         check_flag("reserved", reserved)  # "no" let a user's bx_nb through
         check_given(properties, correlation_id, reply_to)
-        if not reserved:
+        if not reserved:  # a door's: the MQTT one lets an ACL rule allow `$SYS`
+            refuse_sys(topic)
             refuse_reserved(properties)
         _check_source(source)
         mqtt_fields.check(properties or {})
@@ -542,6 +544,8 @@ class Publisher:
             route = routes.get(key)
             if route is None:
                 validate_topic(message.topic)
+                if not reserved:  # a door's: the MQTT one lets an ACL rule allow `$SYS`
+                    refuse_sys(message.topic)
                 route = routes[key] = self._destinations(*key)
             if not reserved:
                 refuse_reserved(message.properties)

@@ -21,11 +21,14 @@ from boxmq.errors import InvalidTopic
 
 __all__ = [
     "MQTT_STRING_MAX",
+    "SYS",
     "TopicFilter",
+    "about_sys",
     "is_share_name",
     "matcher",
     "matches",
     "parse_filter",
+    "refuse_sys",
     "utf8_size",
     "validate_filter",
     "validate_topic",
@@ -33,6 +36,7 @@ __all__ = [
 
 MQTT_STRING_MAX = 65_535  # MQTT 5.0 §1.5.4: a UTF-8 string is prefixed by a two-byte length
 _SHARE = "$share"  # MQTT 5.0 §4.8.2
+SYS = "$SYS"  # the first level of an MQTT server's own topics (§4.7.2; mqtt/sys_topics.py)
 _SEPARATOR = "/"
 _ONE_LEVEL = "+"
 _ALL_BELOW = "#"
@@ -72,6 +76,25 @@ def validate_topic(name: str) -> str:
         # MQTT 5.0 §4.7.1: wildcards are for filters, never in a topic name.
         raise InvalidTopic(f"topic name {name!r} must not contain the wildcards '+' or '#'")
     return name
+
+
+def about_sys(name: str) -> bool:
+    """Whether a topic name, or a subscription's filter, is under `$SYS` (its first level):
+    only such a filter can match these topics (a wildcard at the first level never matches
+    a `$` topic, MQTT 5.0 §4.7.2), and only such a topic is the server's to publish."""
+    return name.startswith(SYS) and (len(name) == len(SYS) or name[len(SYS)] == "/")
+
+
+def refuse_sys(name: str) -> None:
+    """InvalidTopic for a topic name under `$SYS`, published by a user (the CLI, the Python
+    API), not through a door: each `boxmq serve` answers those topics itself, from memory, so
+    one stored retained there made a new subscriber get two retained messages on one topic.
+    An MQTT client may publish there only where an ACL rule lets it (mqtt/publishing.py)."""
+    if about_sys(name):
+        raise InvalidTopic(
+            f"topic name {name!r}: $SYS topics are the MQTT server's own (each boxmq serve "
+            "publishes its figures there): publish under another first level"
+        )
 
 
 def validate_filter(filter: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from boxmq.clock import periodic_due
-from boxmq.core.topics import matches
+from boxmq.core.topics import SYS, about_sys, matches
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.packets import new_publish
 from boxmq.mqtt.properties import EMPTY, subscription_identifier
@@ -26,15 +26,7 @@ from boxmq.mqtt.session import SubscriptionOptions
 
 __all__ = ["SYS", "Figures", "SysTopics", "about_sys", "send_sys"]
 
-SYS: Final = "$SYS"  # the first level of every topic here
 _BROKER: Final = "$SYS/broker/"
-
-
-def about_sys(name: str) -> bool:
-    """Whether a topic name, or a subscription's filter, is under `$SYS` (its first level):
-    only such a filter can match these topics (a wildcard at the first level never matches
-    a `$` topic, MQTT 5.0 §4.7.2), and only such a topic is this server's to publish."""
-    return name.startswith(SYS) and (len(name) == len(SYS) or name[len(SYS)] == "/")
 
 
 @dataclass(frozen=True)

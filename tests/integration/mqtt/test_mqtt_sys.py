@@ -10,7 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.integration.mqtt.clients import WAIT, Paho, Received, paho, serving_fresh
+from tests.integration.mqtt.clients import (
+    WAIT,
+    Paho,
+    Received,
+    boxmq_cli,
+    paho,
+    serving_fresh,
+)
 
 
 def _until(watcher: Paho, topic: str, test: Callable[[Received], bool]) -> Received:
@@ -63,3 +70,32 @@ def test_a_subscriber_sees_the_sys_topics_and_a_client_may_not_publish_to_them(
         # Kept in memory alone: nothing of them on disk.
         on_disk = [name for _, _, names in os.walk(running.root) for name in names]
         assert not [name for name in on_disk if "SYS" in name]
+
+
+def test_boxmq_publish_to_a_sys_topic_is_refused_and_a_subscriber_gets_the_server_s_alone(
+    tmp_path: Path,
+) -> None:
+    """`boxmq publish '$SYS/broker/version' fake --retain` was stored, and a new subscriber
+    then got two retained messages on that one topic, the fake one and the server's own. It
+    is refused (exit 1, nothing stored), saying the `$SYS` topics are the server's own."""
+    with serving_fresh(tmp_path, "--sys-interval", "500ms") as running:
+        refused = boxmq_cli(running.root, "publish", "$SYS/broker/version", "fake", "--retain")
+        assert refused.returncode == 1, refused
+        assert refused.stdout == ""
+        [line] = refused.stderr.splitlines()
+        assert line.startswith(
+            "boxmq publish: topic name '$SYS/broker/version': $SYS topics are the MQTT server's own"
+        ), line
+        watcher = paho(running, "watcher")
+        watcher.subscribe("$SYS/broker/version")
+        _until(watcher, "$SYS/broker/version", lambda m: True)  # the server's first interval
+        late = paho(running, "late")
+        try:
+            late.subscribe("$SYS/broker/version")
+            got = late.next()  # the server's latest, from memory
+            assert got.retain, got
+            assert got.payload.startswith(b"boxmq version "), got
+            assert late.nothing(within=1.0)  # and no other: the version does not change
+        finally:
+            for client in (watcher, late):
+                client.stop()
