@@ -204,8 +204,10 @@ class QueueService:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe.
         `jid` as the stanza's `from` wrote it: compared in the form its requests were (jids.py)."""
         jid = normal(jid) or jid
-        for key in [key for key in self._given_back if key[0] == jid]:
-            del self._given_back[key]
+        # What an unsubscribe gave back stays answered (_given_back_at_unsubscribe): a
+        # subscriber that lost its stream between the unsubscribe and its unlocks sends them
+        # once back; expire() forgets them at their lock deadlines. What it gives back here
+        # is not kept: its late unlocks are told the lock is gone, as after a timeout.
         # Its topic nodes' ends told to the other processes once, not once per node.
         with self._box.topics.ending_together():
             for subscription in self._subscriptions.of_jid(jid):

@@ -555,6 +555,31 @@ def test_the_unlocks_after_an_unsubscribe_are_answered_until_the_locks_would_end
         assert manual_box.queue("jobs").counts().ready == 2
 
 
+def test_the_unlocks_after_an_unsubscribe_are_answered_across_unavailable_presence(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # A subscriber that unsubscribed, lost its connection (unavailable presence) and came
+    # back to send the unlocks XEP-0254 §4 asks for: the unsubscribe gave the items back,
+    # the presence took nothing more, so each unlock is still answered result, not
+    # wait/unexpected-request, which tells it to try again (and again) later.
+    with wired(manual_box, lock_timeout=10, now=clock.now) as wire:
+        wire.subscribe(ALICE, 2)
+        first, second = wire.publish(), wire.publish()
+        assert {item for _, _, item in wire.events()} == {first, second}
+        unsubscribe = (
+            f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
+        )
+        assert wire.iq(ALICE, unsubscribe).get("type") == "result"
+        wire.service.gone(ALICE)
+        assert wire.unlock(ALICE, first).get("type") == "result"
+        assert condition(wire.unlock(ALICE, first)) == ("wait", "unexpected-request")
+        assert wire.events() == []
+        clock.advance(10)
+        wire.service.expire(clock.now())
+        assert condition(wire.unlock(ALICE, second)) == ("wait", "unexpected-request")
+        assert manual_box.queue("jobs").counts().ready == 2
+
+
 def test_an_unlock_after_subscribing_again_unlocks_the_item_held_again(wire: Wire) -> None:
     # What an unsubscribe gave back is answered as unlocked only while the subscriber is not
     # subscribed again: subscribed again and given the same item, its unlock must unlock it.
