@@ -67,6 +67,7 @@ class DiscoItems:
 @dataclass(frozen=True, slots=True)
 class Create:
     node: str
+    config: dict[str, str]  # the node_config form sent beside it (XEP-0060 §8.1.3); {} if none
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class Delete:
 class Configure:
     node: str
     submit: bool  # False: the owner asks for the form
+    config: dict[str, str]  # the submitted form's fields (XEP-0060 §8.2.4); {} if none
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +288,7 @@ def _pubsub(iq: Iq, pubsub: Element) -> Request:
     if name == "create" and setter:
         if not node:
             raise StanzaError(_INSTANT_NODE, "name the node: instant nodes are not served here")
-        return Create(node)
+        return Create(node, _config(pubsub.find(ns.tag(ns.PUBSUB, "configure"))))
     raise _not_served(_FEATURES, f"pubsub {name} ({iq.type})", name, served=_SET_ONLY)
 
 
@@ -354,7 +356,8 @@ def _owner(iq: Iq, pubsub: Element) -> Request:
     if name == "delete" and iq.type == "set":
         return Delete(_node(verb.get("node")))
     if name == "configure":
-        return Configure(_node(verb.get("node")), submit=iq.type == "set")
+        submit = iq.type == "set"
+        return Configure(_node(verb.get("node")), submit, _config(verb) if submit else {})
     raise _not_served(
         _OWNER_FEATURES, f"pubsub#owner {name} ({iq.type})", name, served=_OWNER_SET_ONLY
     )
@@ -387,6 +390,20 @@ def _options(pubsub: Element) -> dict[str, str] | None:
         value = field.find(ns.tag(ns.DATA, "value"))
         if var and value is not None:
             values[var] = without_blanks(value.text or "")
+    return values
+
+
+def _config(configure: Element | None) -> dict[str, str]:
+    """A submitted node_config form's fields, first value of each (FORM_TYPE left out).
+    A form of type 'cancel' (XEP-0060 §8.2.4) asks for nothing: {}."""
+    form = configure.find(ns.tag(ns.DATA, "x")) if configure is not None else None
+    if form is None or form.get("type") == "cancel":
+        return {}
+    values = {}
+    for field in form.iter(ns.tag(ns.DATA, "field")):
+        var = field.get("var")
+        if var and var != "FORM_TYPE":
+            values[var] = without_blanks(field.findtext(ns.tag(ns.DATA, "value")) or "")
     return values
 
 

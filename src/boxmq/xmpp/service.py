@@ -113,6 +113,7 @@ _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
+_NOT_ACCEPTABLE: Final = Condition("modify", "not-acceptable")  # XEP-0060 §8.2.5
 _FORBIDDEN: Final = Condition("auth", "forbidden")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 
@@ -737,6 +738,7 @@ class QueueService:
                 _NODE_EXISTS,
                 f"node {request.node!r} exists: a topic with {subscribers} subscriber(s) here",
             )
+        self._refuse_config(request.config, "queue")  # before anything is made
         queue = self._queues[request.node] = self._box.queue(request.node)
         queue.set_owner(bare(iq.sender))  # XEP-0060 §8.1: the creator owns the node
         return render.result(iq)
@@ -751,16 +753,17 @@ class QueueService:
         return render.result(iq)
 
     def _configure(self, iq: Iq, request: Configure) -> str:
-        """Nodes have one fixed configuration; a submitted form is accepted as is."""
-        if self._is_queue(request.node):
+        """Nodes have one fixed configuration: the form tells it; a submitted form is
+        accepted when it asks for what the node has already, else not-acceptable."""
+        is_queue = self._is_queue(request.node)
+        if is_queue:
             self._check_owner(iq, self._queue(request.node), "configure")
+        destination = "queue" if is_queue else "topic"
         if request.submit:
+            self._refuse_config(request.config, destination)
             return render.result(iq)
-        destination = "queue" if self._is_queue(request.node) else "topic"
         fields = [
-            ("pubsub#node_type", "leaf", "list-single"),
-            ("boxmq#destination", destination, "text-single"),
-            ("boxmq#lock_timeout", f"{self._lock_timeout:g}", "text-single"),
+            (var, value, kind) for var, (value, kind) in self._node_config(destination).items()
         ]
         config = render.form(NODE_CONFIG, fields, type="form")
         return render.result(
@@ -770,6 +773,28 @@ class QueueService:
         )
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _node_config(self, destination: str) -> dict[str, tuple[str, str]]:
+        """The one configuration every node has: field -> (value, field type)."""
+        return {
+            "pubsub#node_type": ("leaf", "list-single"),
+            "boxmq#destination": (destination, "text-single"),
+            "boxmq#lock_timeout": (f"{self._lock_timeout:g}", "text-single"),
+        }
+
+    def _refuse_config(self, submitted: dict[str, str], destination: str) -> None:
+        """XEP-0060 §8.2.5: an option the service cannot apply is not-acceptable. Nothing
+        here can be changed, so a field asking for other than what the node has would be
+        answered result and ignored: the owner would believe max_items=5, say, was set."""
+        fixed = self._node_config(destination)
+        for var, value in submitted.items():
+            if var not in fixed or not _same_setting(value, fixed[var][0]):
+                raise StanzaError(
+                    _NOT_ACCEPTABLE,
+                    f"{var}={value!r} cannot be applied: a node here has one fixed "
+                    "configuration (pubsub#node_type=leaf, boxmq#destination, "
+                    "boxmq#lock_timeout from --xmpp-lock-timeout)",
+                )
 
     def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:
         """XEP-0060 §8: only the owner deletes or configures a node. A queue with no recorded
@@ -973,6 +998,16 @@ def _stamped(message: Element, *, sender: str, to: str) -> bytes:
 
 
 _attr = render.attr  # not a function of its own: one call per attribute, not two
+
+
+def _same_setting(given: str, fixed: str) -> bool:
+    """Whether a submitted value asks for the setting the node has: `30.0` is `30` seconds."""
+    if given == fixed:
+        return True
+    try:
+        return float(given) == float(fixed)
+    except ValueError:
+        return False
 
 
 def _quietly(action: Callable[[], object]) -> None:

@@ -156,6 +156,62 @@ def test_configure_returns_the_form_and_accepts_a_submission(wire: Wire) -> None
     assert submit.get("type") == "result"
 
 
+def _config_form(fields: dict[str, str]) -> str:
+    given = "".join(f"<field var='{k}'><value>{v}</value></field>" for k, v in fields.items())
+    return (
+        "<x xmlns='jabber:x:data' type='submit'><field var='FORM_TYPE' type='hidden'>"
+        f"<value>http://jabber.org/protocol/pubsub#node_config</value></field>{given}</x>"
+    )
+
+
+def test_a_configuration_boxmq_cannot_apply_is_not_acceptable(wire: Wire, box: boxmq.Box) -> None:
+    # XEP-0060 §8.2.5: an option the service cannot apply is not-acceptable. A node here has
+    # one fixed configuration: pubsub#max_items=5 was answered result and changed nothing,
+    # so the owner believed the node kept five items.
+    wire.create()
+
+    def configure(node: str, fields: dict[str, str]) -> ET.Element:
+        return wire.iq(
+            ALICE,
+            f"<pubsub xmlns='{OWNER}'><configure node='{node}'>{_config_form(fields)}"
+            "</configure></pubsub>",
+        )
+
+    refused = configure("jobs", {"pubsub#max_items": "5"})
+    assert condition(refused) == ("modify", "not-acceptable")
+    assert "pubsub#max_items" in ET.tostring(refused, encoding="unicode")
+    assert condition(configure("jobs", {"boxmq#destination": "topic"})) == (
+        "modify",
+        "not-acceptable",
+    )
+    assert condition(configure("jobs", {"boxmq#lock_timeout": "5"})) == (
+        "modify",
+        "not-acceptable",
+    )
+    # what the node has already is accepted: the form as the service sent it, sent back
+    same = {"pubsub#node_type": "leaf", "boxmq#destination": "queue", "boxmq#lock_timeout": "30"}
+    assert configure("jobs", same).get("type") == "result"
+    # a topic node's form can be read, and changed no more than a queue's
+    wire.subscribe(BOB, 1, node="news")
+    assert condition(configure("news", {"pubsub#max_items": "5"})) == ("modify", "not-acceptable")
+    assert configure("news", {"boxmq#destination": "topic"}).get("type") == "result"
+    # a create with such a form makes nothing
+    create = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><create node='made'/><configure>"
+        f"{_config_form({'pubsub#max_items': '5'})}</configure></pubsub>",
+    )
+    assert condition(create) == ("modify", "not-acceptable")
+    assert "made" not in box.queues()
+    create = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{PS}'><create node='made'/><configure>"
+        f"{_config_form({'pubsub#node_type': 'leaf'})}</configure></pubsub>",
+    )
+    assert create.get("type") == "result"
+    assert "made" in box.queues()
+
+
 def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box) -> None:
     wire.create()
     wire.subscribe(ALICE, 1)
