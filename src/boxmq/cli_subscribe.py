@@ -21,6 +21,7 @@ from boxmq.errors import InvalidArgument, LockError, QueueNotFound
 from boxmq.mqtt.brokers import client_s_broker
 from boxmq.mqtt.session_record import SessionRecord, record_named
 from boxmq.store.process import process_alive, token_pid
+from boxmq.xmpp.subscriptions import topic_node_of
 
 __all__ = ["subscribe", "unsubscribe"]
 
@@ -213,7 +214,10 @@ def _refuse_a_connected_client(box: Box, filter: str, subscriber: str) -> None:
     it is connected to (brokers.py), where a `boxmq subscribe` run's is bound to that run's.
     Ended here, the broker still counted it a member and sent to it; once the group's other
     members left, the group was deleted, and the client, still subscribed and connected, got
-    nothing of what came (`publish` saying published)."""
+    nothing of what came (`publish` saying published). A topic node's XMPP subscriber is
+    refused as well, its membership bound to the process serving the component, broker or
+    not (`boxmq serve --no-mqtt` marks none)."""
+    _refuse_an_xmpp_subscriber(box, filter, subscriber)
     broker = client_s_broker(box, filter, subscriber)
     if broker is None:
         return
@@ -224,6 +228,26 @@ def _refuse_a_connected_client(box: Box, filter: str, subscriber: str) -> None:
         "it as a member, and the client wait for messages that no longer come. That client "
         "unsubscribes (UNSUBSCRIBE), or disconnects: its session is not persistent, and its "
         "subscriptions end with its connection"
+    )
+
+
+def _refuse_an_xmpp_subscriber(box: Box, filter: str, subscriber: str) -> None:
+    """InvalidArgument if `subscriber`'s membership of `filter` is a topic node's XMPP
+    subscriber's (xmpp/subscriptions.py) bound to a process that may still run: the
+    component still counts it a subscriber and sends it what comes; ended here, the group
+    could be deleted under it, the subscriber getting nothing (the refusal beside MQTT
+    called it an MQTT client, which it is not)."""
+    node = topic_node_of(filter, subscriber)
+    owner = box.topics.bound_to(filter, subscriber) if node is not None else ""
+    if not owner or (alive := process_alive(owner)) is False:
+        return
+    where = "" if alive else " on another machine"
+    raise InvalidArgument(
+        f"{subscriber} is an XMPP subscriber of the topic node {node!r}, served by the XMPP "
+        f"component of boxmq serve, process {token_pid(owner)}{where}, and {filter} its own: "
+        "the component would still send to it, and the subscriber wait for items that no "
+        "longer come. That subscriber unsubscribes (XEP-0060 unsubscribe), or goes offline "
+        "(unavailable presence), which ends its subscription"
     )
 
 

@@ -24,6 +24,7 @@ from boxmq.xmpp import ns
 from boxmq.xmpp.component import ComponentRefused, run_component
 from boxmq.xmpp.records import hold_component
 from boxmq.xmpp.settings import XmppSettings
+from boxmq.xmpp.subscriptions import consumer_name
 
 SCENARIO_SECONDS = 60
 
@@ -198,6 +199,38 @@ def _served_across_a_kill(
     [second], [output] = started, outputs
     assert second.returncode == 0, output
     assert "Traceback" not in output, output
+
+
+def test_unsubscribe_refuses_an_xmpp_subscribers_membership_saying_what_it_is(
+    served: tuple[subprocess.Popen[str], Path], prosody: Prosody
+) -> None:
+    # The XMPP subscribers of a topic node are members of $share/xmpp/<node>, bound to the
+    # serving process as a connected MQTT client's are. `boxmq unsubscribe` ended one under
+    # --no-mqtt (no broker mark), and beside MQTT called it "an MQTT client".
+    _, data = served
+    node = "sensors/1"
+
+    async def scenario() -> None:
+        async with clients(prosody, "alice") as [alice]:
+            await _wait_for_service(alice)
+            assert (await alice.subscribe(1, node)).get("type") == "result"
+            member = consumer_name(str(alice.boundjid))
+            group = f"$share/xmpp/{node}"
+            command = [sys.executable, "-m", "boxmq.cli", "--data", str(data), "unsubscribe"]
+            refused = await asyncio.to_thread(
+                subprocess.run,
+                [*command, group, "--name", member],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert refused.returncode != 0, refused.stdout
+            assert "XMPP subscriber" in refused.stderr, refused.stderr
+            assert "MQTT" not in refused.stderr, refused.stderr
+            with boxmq.open(data, fsync="never") as box:
+                assert box.topics.has_subscription(group, member)
+
+    run(scenario())
 
 
 def test_a_subscriber_is_told_after_the_component_was_killed(

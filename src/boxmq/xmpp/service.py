@@ -77,7 +77,12 @@ from boxmq.xmpp.requests import (
     parse_request,
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
-from boxmq.xmpp.subscriptions import Subscription, Subscriptions, consumer_name
+from boxmq.xmpp.subscriptions import (
+    SHARE_GROUP,
+    Subscription,
+    Subscriptions,
+    consumer_name,
+)
 from boxmq.xmpp.trusted import TrustedJids
 
 __all__ = ["FEATURES", "QueueService"]
@@ -101,7 +106,6 @@ FEATURES: Final = (
     ns.QOS,
 )
 QUEUE_REQUESTS: Final = "pubsub#queue_requests"
-SHARE_GROUP: Final = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp/<node>
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0

@@ -16,13 +16,26 @@ from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
 from boxmq.xmpp.qos_out import Level
 
-__all__ = ["Subscription", "Subscriptions", "consumer_name"]
+__all__ = ["SHARE_GROUP", "Subscription", "Subscriptions", "consumer_name", "topic_node_of"]
+
+SHARE_GROUP = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp/<node>
+_PREFIX = "xmpp."
 
 
 def consumer_name(jid: str) -> str:
     """The boxmq consumer name of a full JID: short enough for a lock suffix (40 bytes),
     stable across restarts, and never holding a '/' (JIDs do)."""
-    return "xmpp." + hashlib.blake2b(jid.encode(), digest_size=8).hexdigest()
+    return _PREFIX + hashlib.blake2b(jid.encode(), digest_size=8).hexdigest()
+
+
+def topic_node_of(filter: str, subscriber: str) -> str | None:
+    """The topic node whose XMPP subscriber `subscriber`'s membership of the share group
+    `filter` looks to be (its name the component's, `consumer_name`); None if it is not
+    one. For the CLI, which must not end a member the component still serves."""
+    group = f"$share/{SHARE_GROUP}/"
+    if filter.startswith(group) and subscriber.startswith(_PREFIX):
+        return filter[len(group) :]
+    return None
 
 
 @dataclass(eq=False)
