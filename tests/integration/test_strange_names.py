@@ -26,6 +26,7 @@ import boxmq
 from boxmq import cli
 from boxmq.client.lifecycle import envelope_of, shown, unusable
 from boxmq.clock import ManualClock
+from boxmq.log_lines import one_line
 from boxmq.store.names import split_lock
 from boxmq.store.process import process_token
 
@@ -127,6 +128,8 @@ def _where(queue: Path) -> dict[str, list[bytes]]:
 @given(name=NAMES, folder=st.sampled_from(["target", "processing", "working"]))
 # A lock of this host whose pid no C long holds: the sweep at open raised OverflowError.
 @example(name=f"4.x.T@w1@9999999999999@{_HOST}-9999999999999999999-1".encode(), folder="processing")
+# A control character and a byte not UTF-8: every log line is escaped to one line (log_lines).
+@example(name=b"\x01\x80", folder="target")
 def test_any_name_dropped_in_a_queue_folder_is_delivered_kept_or_set_aside(
     name: bytes, folder: str
 ) -> None:
@@ -185,7 +188,8 @@ def test_any_name_dropped_in_a_queue_folder_is_delivered_kept_or_set_aside(
     elif folder == "target":
         if (why := unusable(text)) is not None:
             assert found == {"error": [name]}  # under its own name, and said so
-            assert f"{shown(text)} is {why}: moved to error/" in lines.said(logging.ERROR)
+            said = one_line(f"{shown(text)} is {why}: moved to error/")  # as every line is
+            assert said in lines.said(logging.ERROR)
         elif envelope_of(text).expired(time.time()):
             assert list(found) == ["expired"]
         elif envelope_of(text).not_before > time.time():
