@@ -27,6 +27,7 @@ from boxmq.spark.options import (
     stream_read_options,
     subscription_dropbox,
 )
+from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State
 from boxmq.store.names import decode_lenient, encode
 from boxmq.store.side_files import SideFiles
@@ -550,3 +551,30 @@ def test_an_expiration_at_or_before_1970_has_passed(expiration: object) -> None:
     envelope, _ = _message({"body": b"x", "expiration": expiration})
     assert envelope.expiration == 1  # the first millisecond: expired at once
     assert decode_lenient(encode(envelope))[0].expiration == 1  # as the name says it
+
+
+@pytest.mark.parametrize("key", ["spark.sql.shuffle.partitions", "Spark.Executor.Memory"])
+def test_a_spark_setting_given_as_an_option_says_it_goes_in_the_session_conf(
+    root: str, key: str
+) -> None:
+    """Spark hands a Python data source none of its own settings, so a `spark.` option is the
+    user's mistake: it was dropped in silence, and the setting never took effect."""
+    for read in (check_read, stream_read_options, batch_read_options):
+        with pytest.raises(InvalidArgument, match=r"is a Spark setting.*spark\.conf\.set"):
+            read({"root": root, "queue": "sensors", key: "4"})
+    with pytest.raises(InvalidArgument, match=r"is a Spark setting.*spark\.conf\.set"):
+        sink_options({"root": root, "queue": "q", key: "4"}, frozenset({"body"}))
+
+
+def test_a_choice_takes_ascii_blanks_around_it_as_a_count_or_duration_does(root: str) -> None:
+    # fsync and state refused " never" though numPartitions took " 2 " and lockTimeout " 2h"
+    batch = batch_read_options(
+        {"root": root, "queue": "sensors", "state": " Processed\t", "fsync": "never "}
+    )
+    assert batch.state is State.PROCESSED
+    assert sink_options({"root": root, "queue": "q", "fsync": "\tnever"}, frozenset()).fsync == (
+        FsyncPolicy.NEVER
+    )
+    check_read({"root": root, "queue": "sensors", "state": " error ", "fsync": " interval"})
+    with pytest.raises(InvalidArgument, match="'fsync' is '\\\\xa0never'; choose one of"):
+        check_read({"root": root, "queue": "sensors", "fsync": "\u00a0never"})

@@ -117,11 +117,16 @@ class _Options:
     def __init__(self, options: Mapping[str, str], role: str) -> None:
         known = {name.lower(): name for name in _KNOWN[role]}
         given = {str(key).lower(): value for key, value in options.items()}
-        unknown = sorted(
-            key
-            for key in given
-            if key not in known and key not in _FROM_SPARK and not key.startswith("spark.")
-        )
+        # Spark hands a Python data source none of its own settings: a "spark." option is one
+        # the user meant for Spark, and ignored (as it was) it never took effect.
+        meant_for_spark = sorted(key for key in given if key.startswith("spark."))
+        for key in meant_for_spark[:1]:
+            raise InvalidArgument(
+                f"boxmq data source: option {key!r} is a Spark setting, which Spark passes to no "
+                f"data source; set it in the session's conf: spark.conf.set({key!r}, ...) or "
+                "SparkSession.builder.config(...)"
+            )
+        unknown = sorted(key for key in given if key not in known and key not in _FROM_SPARK)
         for key in unknown:
             # Named as users write it (Spark hands over lower case); "a read" when both take it.
             roles = [
@@ -213,11 +218,12 @@ class _Options:
         return self._choice("state", State.TARGET)
 
     def _choice(self, name: str, default: _Choice) -> _Choice:
-        """One of an enumeration's values, in any case, named by the option `name`."""
+        """One of an enumeration's values, in any case, ASCII blanks around it ignored as a
+        count's or a duration's are, named by the option `name`."""
         kind = type(default)
         value = self.text(name) or default.value
         try:
-            return kind(value.lower())
+            return kind(value.strip(BLANKS).lower())
         except ValueError:
             choices = ", ".join(member.value for member in kind)
             raise InvalidArgument(
