@@ -1519,3 +1519,22 @@ def test_an_unsubscribe_of_many_killed_at_any_step_leaves_no_route_to_a_folder_g
         if not killed:
             assert not any(os.path.isdir(path) for path in paths.values())
             break
+
+
+def test_a_publication_nobody_gets_writes_no_side_file_for_its_long_properties(
+    box: boxmq.Box, root: Path
+) -> None:
+    """Properties too long for a name go to a side file (docs/file-format.md) only for a copy
+    that names it: with no subscriber, one was written all the same, and stayed until the
+    sweep collected it an hour later. A subscriber's copy, and a retained message, name one."""
+    long = {"note": "y" * 300}
+    box.publish("nobody/here", b"x", properties=long)
+    box.topics.publish_many([Publication("nobody/here", b"y", properties=long)])
+    assert not (root / ".properties").exists() or not os.listdir(root / ".properties")
+    with box.subscribe("somebody/#", "s") as subscriber:
+        box.publish("somebody/here", b"x", properties=long)
+        box.publish("nobody/kept", b"r", properties={"note": "z" * 300}, retain=True)
+        assert len(os.listdir(root / ".properties")) == 2
+        got = subscriber.receive(timeout=5)
+        assert got is not None
+        assert got.properties == long

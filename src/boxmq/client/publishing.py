@@ -80,7 +80,7 @@ class Publication:
 class _Route:
     """Where a message on one topic, at one QoS, from one source goes."""
 
-    __slots__ = ("_first", "durable", "levels", "memory")
+    __slots__ = ("_first", "copied", "durable", "levels", "memory")
 
     def __init__(
         self,
@@ -93,6 +93,7 @@ class _Route:
         # The QoS of each copy's file name; the published one when there is no copy, so the
         # name's length is still checked.
         self.levels = {d.qos for d, _ in durable} or {level}
+        self.copied = bool(durable or memory)  # whether any subscription gets a copy
         self._first: tuple[MessageId, dict[QoS, str]] | None = None  # see plain_names
 
     def plain_names(self, envelope: Envelope) -> dict[QoS, str]:
@@ -228,8 +229,17 @@ class Publisher:
             self._send(envelope, data, level, source, as_retained=as_retained)
         except MetadataTooLong as error:  # raised by `_names`, before anything is written
             at_level = partial(copy_names, levels=(level,))
-            envelope, _ = spilled(envelope, self._side_files, at_level, error)
-            self._send(envelope, data, level, source, as_retained=as_retained)
+            if as_retained:  # kept with no subscriber too (MQTT 5.0 §3.3.1.3)
+                envelope, _ = spilled(envelope, self._side_files, at_level, error)
+                self._publish_retained(envelope, data, level, source)
+            else:
+                # The route the copies take, found once: a subscription made after it gets
+                # no copy, so none can name a side file that was not written.
+                route = self._destinations(topic, level, source)
+                envelope, _ = spilled(
+                    envelope, self._side_files, at_level, error, write=route.copied
+                )
+                self._route(envelope, data, level, source, route)
         return envelope.message_id
 
     def new_id(self) -> MessageId:
@@ -391,9 +401,17 @@ class Publisher:
         names = copy_names(envelope, route.levels)
         return [(path, names[destination.qos]) for destination, path in route.durable]
 
-    def _route(self, envelope: Envelope, data: bytes, level: QoS, source: str | None) -> None:
+    def _route(
+        self,
+        envelope: Envelope,
+        data: bytes,
+        level: QoS,
+        source: str | None,
+        route: _Route | None = None,
+    ) -> None:
         assert envelope.topic is not None
-        route = self._destinations(envelope.topic, level, source)
+        if route is None:
+            route = self._destinations(envelope.topic, level, source)
         names = copy_names(envelope, route.levels)
         move = self._staged(envelope, data, None, route.durable, names)
         if move is not None:
@@ -562,7 +580,9 @@ class Publisher:
                     names = copy_names(envelope, route.levels)
                 except MetadataTooLong as error:
                     levels = partial(copy_names, levels=route.levels)
-                    envelope, names = spilled(envelope, self._side_files, levels, error)
+                    envelope, names = spilled(
+                        envelope, self._side_files, levels, error, write=route.copied
+                    )
             else:
                 names = route.plain_names(envelope)
             planned.append((envelope, body, route, names))

@@ -67,12 +67,16 @@ def spilled(
     side_files: SideFiles | None,
     name_of: Callable[[Envelope], _T],
     refused: MetadataTooLong,
+    *,
+    write: bool = True,
 ) -> tuple[Envelope, _T]:
     """`envelope`, whose name `name_of` refused with `refused`, with its properties in a side
     file instead, and its name: first with its typed properties still in the name, then
     without, then both again with its reply-to and correlation id left to the side file too
     (`_TRIES`). `refused` again if nothing can move; the smallest name's error if even that
-    does not fit."""
+    does not fit. write=False: a publication no subscription gets a copy of, refused as one
+    that a subscription gets would be, and no side file written (no file would name it, and
+    it stayed until the sweep collected it)."""
     if side_files is None or not _movable(envelope):
         raise refused
     raw = v5_bytes(envelope)
@@ -98,7 +102,8 @@ def spilled(
         except MetadataTooLong as error:
             refused = error
             continue
-        side_files.put(raw)
+        if write:
+            side_files.put(raw)
         return candidate, name
     raise MetadataTooLong(
         "the properties are too long for a file name, and with them in a side file, what stays"
