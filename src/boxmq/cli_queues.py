@@ -87,6 +87,10 @@ def _peek_row(peeked: Peeked, *, now: float, as_json: bool) -> dict[str, Any]:
     }
     if (dead := peeked.dead) is not None:  # error/: rejected, or why else (as `unlock` says)
         row["dead"] = dead
+    # error/'s names the consumer whose delivery failed; target/'s is one passed over for a
+    # while (docs/file-format.md), no holder to show.
+    if peeked.state is State.ERROR and (last := envelope.last_holder) is not None:
+        row["last-holder"] = last
     row["properties"] = visible if as_json else output.listed(visible)
     # As `get` shows them (an MQTT v5 request's too); only when set, as `subscribe --json`.
     if (correlation_id := peeked.correlation_id) is not None:

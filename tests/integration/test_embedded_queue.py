@@ -1003,6 +1003,45 @@ def test_message_unlock_says_why_the_message_went_to_error_instead(
         assert len(files(root, "jobs", "error")) == 2
 
 
+def test_a_message_in_error_names_the_consumer_that_held_it_last(
+    root: Path, clock: ManualClock
+) -> None:
+    """docs/file-format.md `bx_lastS`: a move to error/ kept the name's holder, that of the
+    delivery before the last (or none): a user reading error/ could not tell which consumer
+    failed. Each way there writes the one that held it last: a reject and an unlock at max
+    deliveries by id (`get`) or by a consumer, a lock that timed out at the sweep."""
+    with boxmq.open(root, fsync="never", clock=clock, max_deliveries=2) as box:
+        jobs = box.queue("jobs")
+        sent = {jobs.put(b"got"): "g2"}
+        for consumer in ("g1", "g2"):
+            got = jobs.get(consumer)
+            assert got is not None
+            got.unlock()
+        sent[jobs.put(b"rejected by id")] = "r1"
+        got = jobs.get("r1")
+        assert got is not None
+        got.reject()
+        sent[jobs.put(b"received")] = "w"
+        with jobs.consumer("w") as w:
+            received = w.receive_nowait()
+            assert received is not None
+            received.reject()
+        sent[jobs.put(b"unlocked")] = "v"
+        for consumer in ("u", "v"):
+            with jobs.consumer(consumer) as each:
+                received = each.receive_nowait()
+                assert received is not None
+                received.unlock()
+        sent[jobs.put(b"timed out")] = "t2"
+        for consumer in ("t1", "t2"):
+            got = jobs.get(consumer, lock_timeout=10)
+            assert got is not None
+            clock.advance(11)
+            box.sweep()
+        held = {p.envelope.message_id: p.envelope.last_holder for p in jobs.peek(state="error")}
+        assert held == sent
+
+
 def test_expired_messages_go_to_expired(manual_box: boxmq.Box, clock: ManualClock) -> None:
     jobs = manual_box.queue("jobs")
     jobs.put(b"stale", expires_in=60)

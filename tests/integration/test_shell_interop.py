@@ -244,7 +244,11 @@ FULL_COUNT = "9.full.T.....bx_dcI=2147483647"
 
 @pytest.mark.parametrize(
     ("max_deliveries", "dead"),
-    [(5, f"{FULL_COUNT}&bx_whyS=max-deliveries"), (None, f"{FULL_COUNT}&bx_whyS=metadata-full")],
+    # the consumer whose delivery ended there too (docs/file-format.md `bx_lastS`)
+    [
+        (5, f"{FULL_COUNT}&bx_whyS=max-deliveries&bx_lastS=w"),
+        (None, f"{FULL_COUNT}&bx_whyS=metadata-full&bx_lastS=w"),
+    ],
 )
 def test_a_delivery_count_that_cannot_grow_goes_to_error_and_blocks_no_consumer(
     root: Path, max_deliveries: int | None, dead: str
@@ -260,7 +264,7 @@ def test_a_delivery_count_that_cannot_grow_goes_to_error_and_blocks_no_consumer(
             message = consumer.receive(timeout=5)
             assert message is not None
             assert message.body == b"poison"
-            assert message.unlock() == dead.rpartition("=")[2]
+            assert message.unlock() == dead.partition("bx_whyS=")[2].partition("&")[0]
             assert [m.body for m in acked(consumer, 1)] == [b"good"]
     assert os.listdir(root / "jobs" / "error") == [dead]
     assert os.listdir(root / "jobs" / "processing") == []
@@ -281,7 +285,10 @@ def test_get_sends_a_timed_out_lock_whose_count_cannot_grow_to_error(
     message = jobs.get()
     assert message is not None
     assert message.body == b"good"
-    assert os.listdir(root / "jobs" / "error") == [f"{FULL_COUNT}&bx_whyS=max-deliveries"]
+    # `get`'s consumer, "cli", held it last
+    assert os.listdir(root / "jobs" / "error") == [
+        f"{FULL_COUNT}&bx_whyS=max-deliveries&bx_lastS=cli"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -289,7 +296,7 @@ def test_get_sends_a_timed_out_lock_whose_count_cannot_grow_to_error(
     [
         # 164 bytes: a lock fits (MAX_NAME 167), one more delivery does not.
         (f"4.{'L' * 160}.T", 5, f"4.{'L' * 160}.T"),
-        (FULL_COUNT, None, f"{FULL_COUNT}&bx_whyS=metadata-full"),
+        (FULL_COUNT, None, f"{FULL_COUNT}&bx_whyS=metadata-full&bx_lastS=cli"),
     ],
 )
 def test_the_sweep_says_a_timed_out_lock_whose_name_cannot_grow_is_no_max_deliveries(

@@ -72,9 +72,8 @@ class DiskSettler:
         )
         if dead is not None:
             # At max deliveries, this one counted; a name that cannot grow keeps its count.
-            if not self._to_error(
-                processing, name, dead, count if dead == "max-deliveries" else None
-            ):
+            counted = count if dead == "max-deliveries" else None
+            if not self._to_error(processing, name, dead, counted, consumer):
                 raise self._lost(message_id, consumer, delivery)
             log.warning("%s: %s to error/ (%s)", self._box.path, message_id, dead)
             return dead
@@ -87,7 +86,8 @@ class DiskSettler:
         self, message_id: MessageId, consumer: ConsumerId, delivery: str | None = None
     ) -> None:
         name, processing, _ = self._held(message_id, consumer, delivery)
-        if not self._to_error(processing, name, "rejected", envelope_of(name).delivery_count + 1):
+        count = envelope_of(name).delivery_count + 1
+        if not self._to_error(processing, name, "rejected", count, consumer):
             raise self._lost(message_id, consumer, delivery)
 
     def extend(
@@ -116,10 +116,13 @@ class DiskSettler:
                     return lock.token
         return None
 
-    def _to_error(self, processing: str, name: str, why: str, count: int | None) -> bool:
-        """To error/, with `count` deliveries ended without an ack (None: as the name says);
-        False if the file was gone from processing/ (`_lost` says why)."""
-        dead = dead_name(name, why, delivery_count=count)
+    def _to_error(
+        self, processing: str, name: str, why: str, count: int | None, holder: ConsumerId
+    ) -> bool:
+        """To error/, with `count` deliveries ended without an ack (None: as the name says)
+        and `holder`'s the last; False if the file was gone from processing/ (`_lost` says
+        why)."""
+        dead = dead_name(name, why, holder=holder, delivery_count=count)
         return self._box.move(State.PROCESSING, processing, State.ERROR, dead)
 
     def _lost(self, message_id: MessageId, consumer: ConsumerId, delivery: str | None) -> LockError:

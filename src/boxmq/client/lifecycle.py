@@ -165,16 +165,27 @@ def released_or_dead(
     return (new, None) if new is not None else (None, "metadata-full")
 
 
-def dead_name(name: str, reason: str, *, delivery_count: int | None = None) -> str:
-    """The error/ name: the reason and `delivery_count`, the deliveries that ended without an
-    ack, the one that ends here included (None: the name's count stays), recorded if they
-    fit; else the count alone, the reason alone, or the original name."""
-    envelope = envelope_of(name)
+def dead_name(
+    name: str, reason: str, *, holder: ConsumerId | None, delivery_count: int | None = None
+) -> str:
+    """The error/ name: the reason, `delivery_count`, the deliveries that ended without an
+    ack, the one that ends here included (None: the name's count stays), and `holder`, the
+    consumer whose delivery ends here (None: no consumer held it), recorded if they fit; else
+    the same without the holder (a hint, dropped first), the count alone, the reason with the
+    holder and then alone (a count past an INT's), or the original name. The name's older
+    holder never stays: in error/ it would name the consumer of a delivery before the last
+    as the one that failed."""
+    envelope = envelope_of(name).without_property(LAST_HOLDER)
     counted = envelope
     if delivery_count is not None:
         counted = envelope.with_property(DELIVERY_COUNT, PropertyType.INT, delivery_count)
     why = (DEAD_REASON, PropertyType.STRING, reason)
-    for candidate in (counted.with_property(*why), counted, envelope.with_property(*why)):
+    candidates = [counted.with_property(*why), counted, envelope.with_property(*why)]
+    if holder is not None:
+        last = (LAST_HOLDER, PropertyType.STRING, holder)
+        candidates.insert(0, candidates[0].with_property(*last))
+        candidates.insert(3, candidates[3].with_property(*last))
+    for candidate in candidates:
         try:
             return encode(candidate, as_read=True)
         except InvalidArgument:  # too long, or a count past an INT's (a name a script wrote)

@@ -122,14 +122,14 @@ class LiveEffects(HeldLocks):
                 return self._release(effect, message.key)  # never received: back as it was
             case Release():
                 return self._release(effect, _released_name(effect))
-            case DeadLetter(reason=reason):
+            case DeadLetter(reason=reason, holder=holder):
                 held = self._locks.pop(message.message_id, None)
                 if held is None:
                     return False
                 why = _dead_reason(reason)
                 # A reject, or the delivery that reached max deliveries, ends here: counted.
                 count = message.delivery_count + 1
-                dead = dead_name(message.key, why, delivery_count=count)
+                dead = dead_name(message.key, why, holder=holder, delivery_count=count)
                 return self._to_error(message.message_id, held, dead, why)
             case Expire():
                 self._known.pop(message.key, None)
@@ -197,7 +197,7 @@ class LiveEffects(HeldLocks):
         message = effect.message
         processing = self._locks.pop(message.message_id)
         if new is None:  # the name cannot carry a delivery count: never loop forever on it
-            dead = dead_name(message.key, "metadata-full")
+            dead = dead_name(message.key, "metadata-full", holder=effect.holder)
             return self._to_error(message.message_id, processing, dead, "metadata-full")
         placed = self._move_lock(processing, _TARGET, new)
         if placed is None:

@@ -158,6 +158,7 @@ def release_stale_locks(
                     )
                 continue
             count = envelope.delivery_count + 1
+            owner = lock.owner if lock is not None else None
             new, lost = released_or_dead(
                 name,
                 delivery_count=count,
@@ -170,7 +171,8 @@ def release_stale_locks(
                     State.PROCESSING,
                     entry.name,
                     State.ERROR,
-                    dead_name(name, lost, delivery_count=count),
+                    # The lock's owner, a process gone or not: it held it last.
+                    dead_name(name, lost, holder=owner, delivery_count=count),
                 ):
                     dead += 1
                     # As an unlock says it: a name too long for one more count (a script wrote
@@ -240,7 +242,8 @@ def release_locks_of(box: Dropbox, holder: ConsumerId) -> int:
                 name, delivery_count=count, max_deliveries=None, holder=holder, not_before=0.0
             )
             if lost is not None:  # no room for its count: as a release by the engine does, and says
-                if box.move(State.PROCESSING, entry.name, State.ERROR, dead_name(name, lost)):
+                dead = dead_name(name, lost, holder=holder)
+                if box.move(State.PROCESSING, entry.name, State.ERROR, dead):
                     log.warning("%s: %s to error/ (%s)", box.path, envelope.message_id, lost)
                 continue
             assert new is not None
