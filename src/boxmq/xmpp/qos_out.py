@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ class ReliableSender:
         self._max_attempts = max_attempts
         self._pending: dict[str, _Transfer] = {}  # by the id of the iq in flight
         self._retries: list[tuple[float, int, str]] = []  # (when, tie, iq id), pruned lazily
+        self._latest = -math.inf  # the latest time it was told (`_seen`)
         run = secrets.token_hex(8)  # per component run: ids are not guessable across runs
         self._ids = (f"bq-{run}-{n}" for n in itertools.count(1))
         self._tie = itertools.count()
@@ -128,6 +130,7 @@ class ReliableSender:
         return True
 
     def retry(self, now: float) -> None:
+        self._seen(now)
         while self._retries and self._retries[0][0] <= now:
             _, _, iq_id = heapq.heappop(self._retries)
             transfer = self._pending.pop(iq_id, None)
@@ -152,7 +155,19 @@ class ReliableSender:
     def in_flight(self) -> int:
         return len(self._pending)
 
+    def _seen(self, now: float) -> None:
+        """The resends are times of the wall clock, which goes back only when stepped back
+        (NTP, `date -s`): by at least the difference, the resends move back with it. Without
+        this, a step back of an hour sent an unanswered notification again an hour late."""
+        if now < self._latest:
+            by = now - self._latest
+            self._retries = sorted((when + by, tie, iq_id) for when, tie, iq_id in self._retries)
+            for transfer in self._pending.values():
+                transfer.next_try += by
+        self._latest = max(self._latest, now)
+
     def _start(self, transfer: _Transfer, now: float, *, again: bool = False) -> None:
+        self._seen(now)  # before its own resend is pushed, read from the clock as it is now
         transfer.attempts = transfer.attempts + 1 if again else 1
         transfer.iq_id = next(self._ids)
         transfer.next_try = now + self._first_retry * 2 ** (transfer.attempts - 1)

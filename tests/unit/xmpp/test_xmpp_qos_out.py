@@ -376,3 +376,16 @@ def test_a_subscriber_that_never_answers_its_notifications_is_unsubscribed_after
     assert gave_up == 3
     counts = manual_box.queue("jobs").counts()
     assert (counts.ready, counts.dead) == (1, 0)
+
+
+def test_a_clock_stepped_back_does_not_put_a_resend_off_by_the_step() -> None:
+    # The resends are times of the wall clock: stepped back an hour (NTP, date -s), an
+    # unanswered notification was sent again an hour late.
+    sent: list[str] = []
+    sender = ReliableSender(sender=SERVICE, send=sent.append, first_retry=2.0)
+    sender.send(ALICE, "<m/>", Level.ACKNOWLEDGED, msg_id="m", now=1000.0, on_failed=print)
+    sender.retry(1001.0)
+    sender.retry(1001.0 - 3600)  # the clock went back an hour a second after the send
+    assert sender.next_deadline() == pytest.approx(1002.0 - 3600)
+    sender.retry(1002.0 - 3600)
+    assert len(sent) == 2  # sent again two seconds after the first, not an hour and 2 s
