@@ -116,3 +116,23 @@ def test_a_clock_stepped_forward_does_not_close_every_mqtt_connection(root: Path
             await running
 
     asyncio.run(main())
+
+
+def test_a_clock_stepped_back_does_not_put_off_the_read_of_target_when_polling(
+    root: Path,
+) -> None:
+    """A box that polls (`polling=True`, a root on NFS) reads target/ when its poll says the
+    folder changed, no sooner than its next read is due (`rescan_interval`, or later for a
+    big folder). That time was one of the wall clock: stepped back an hour, what another
+    process put was not received for an hour."""
+    clock = SteppedClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock, polling=True) as box:
+        jobs = box.queue("jobs")
+        with jobs.consumer("w") as w:
+            assert w.receive_nowait() is None  # its first read of target/
+            clock.set(clock.now() - 3600)
+            with boxmq.open(root, fsync="never") as other:
+                other.queue("jobs").put(b"x")
+            message = w.receive(timeout=2)
+            assert message is not None
+            assert message.body == b"x"

@@ -508,7 +508,7 @@ class LiveQueue(Outliving):
             if self._locks or not self._still(self._empty_processing, State.PROCESSING):
                 self._sweep(now)
                 looked = True
-        if now >= self._next_scan:  # after the sweep: what it sent back to target/ is offered
+        if self._scan_due(now):  # after the sweep: what it sent back to target/ is offered
             if (
                 self._next_scan == self._scanned_next  # the periodic one, nothing asked sooner
                 and not self._behind
@@ -516,6 +516,7 @@ class LiveQueue(Outliving):
                 and self._still(self._target_seen, State.TARGET)
             ):
                 self._next_scan = self._scanned_next = now + self._options.rescan_interval
+                self._scan_lead = self._options.rescan_interval
             else:
                 self._scan(now)
                 looked = True
@@ -547,7 +548,7 @@ class LiveQueue(Outliving):
                 break  # else a claim was lost to another process: its slot is free again
             # Each failed rename took a while: the next claims are locked from now.
             now = self._clock.now()
-            if now >= self._next_scan:  # a lost claim let go of a file waiting behind it
+            if self._scan_due(now):  # a lost claim let go of a file waiting behind it
                 self._scan(now)
         if moved and (self._sleepers or self._watching):
             # Only news wakes the other consumers: waking them for nothing made two idle

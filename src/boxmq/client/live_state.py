@@ -138,6 +138,9 @@ class LiveState:
         # The earliest a watcher's "rescan" (inotify's queue overflowed, or polling's timer)
         # reads target/ again: later for a big folder (see _scan).
         self._rescan_after = 0.0
+        # How far off the last read set the next (`rescan_interval`, or more for a big
+        # folder): further off than that, the wall clock was stepped back (`_scan_due`).
+        self._scan_lead = 0.0
         self._lost = 0  # claims lost to other processes since the last read of target/
         self._next_sweep = 0.0
         # What the last read of target/, and the last sweep of processing/ that found it

@@ -15,6 +15,7 @@ from typing import Final
 from boxmq.client.lifecycle import envelope_of, ready_of, set_aside, set_aside_strays, unusable
 from boxmq.client.live_news import LiveNews
 from boxmq.client.ranked_names import ranked_priority
+from boxmq.clock import periodic_due
 from boxmq.ids import stamp_of
 from boxmq.model import Envelope, MessageId
 from boxmq.store.layout import State
@@ -46,6 +47,13 @@ class TargetNames(LiveNews):
             self._behind.discard(message_id)
             self._next_scan = 0.0
 
+    def _scan_due(self, now: float) -> bool:
+        """Whether target/ is to be read now: its time came, or it is further off than the
+        last read set it, which only a wall clock stepped back makes it (`periodic_due`).
+        Without the second, stepped back an hour, a box that polls (NFS) received nothing
+        new for an hour."""
+        return periodic_due(now, self._next_scan, self._scan_lead)
+
     def _scan(self, now: float) -> None:
         self._sent.clear()
         self._behind.clear()  # what still waits is put back by its offer below
@@ -62,6 +70,7 @@ class TargetNames(LiveNews):
         self._lost = 0
         self._next_scan = max(now + self._options.rescan_interval, self._rescan_after)
         self._scanned_next = self._next_scan
+        self._scan_lead = self._next_scan - now
         set_aside_strays(self._box, self.name, strays)
         for name in self._known.keys() - present:
             self._engine.withdraw(self._known.pop(name).message_id)
