@@ -16,6 +16,7 @@ from boxmq.model import ConsumerId
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.names import Lock, locked_name
+from boxmq.store.side_files import GRACE
 
 
 class SteppedClock:
@@ -82,6 +83,45 @@ def test_a_clock_stepped_back_does_not_put_off_the_full_pass_of_the_sweep(root: 
         [report] = box.sweep(full=False).values()
         assert report.released == 1
         assert len(os.listdir(target)) == 1
+
+
+def test_a_clock_stepped_back_does_not_put_off_the_sweeps_look_for_expired_messages(
+    root: Path,
+) -> None:
+    """The sweep moves a queue's expired messages to expired/ (what `boxmq stats` counts),
+    looking through its target/ again a while after the last look (a minute at most). That
+    while was a time of the wall clock: stepped back an hour, a message that expired
+    meanwhile stayed in target/ for the hour (no consumer got it: each expires what it
+    offers)."""
+    clock = SteppedClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"kept")
+        box.sweep()  # its look through target/: the next in a moment
+        clock.set(clock.now() - 3600)
+        jobs.put(b"x", expires_in=5)  # 5 s of the clock as it is now
+        clock.set(clock.now() + 10)
+        box.sweep()
+        assert len(os.listdir(root / "jobs" / "expired")) == 1
+
+
+def test_a_clock_stepped_back_does_not_put_off_the_collection_of_side_files(
+    root: Path,
+) -> None:
+    """The sweep deletes the side files no message names, old by GRACE, every
+    COLLECT_EVERY s. Its next collection was a time of the wall clock: stepped back an
+    hour, none was made for the hour, and one written after the step was kept up to an hour
+    longer than its GRACE and a COLLECT_EVERY (disk space, nothing a client sees)."""
+    clock = SteppedClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        box.sweep()  # a collection: the next in COLLECT_EVERY
+        clock.set(clock.now() - 3600)
+        orphan = box.side_files.put(b"its message was acknowledged and deleted")
+        os.utime(os.path.join(box.side_files.path, orphan), (clock.now(),) * 2)
+        box.sweep()  # the first after the step
+        clock.set(clock.now() + GRACE + 1)  # COLLECT_EVERY since that sweep, and more
+        box.sweep()
+        assert orphan not in os.listdir(box.side_files.path)
 
 
 # An MQTT 3.1.1 CONNECT with a keep-alive of 60 s, clean session, client id "c"; its CONNACK.

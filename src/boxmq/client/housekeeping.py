@@ -82,6 +82,8 @@ EXPIRING_KEPT = 10_000
 # persistent sessions subscribing read them all at each sweep (bench/mqtt_topics.py, 3,000
 # sessions: 1.44 ms of CPU per SUBSCRIBE against 1.35 before; 1.37 with this rest, noise).
 NAMED_READ_EVERY: Final = 5.0
+# Seconds at most between two sweeps' looks through a big target/ for expired messages.
+_EXPIRY_AT_MOST: Final = 60.0
 
 
 class Housekeeping:
@@ -275,7 +277,7 @@ class Housekeeping:
                 now, tombstones_before=before, pinned=pinned
             ):
                 log.info("deleted %d expired retained message(s)", expired)
-        if now >= self._next_collect:
+        if periodic_due(now, self._next_collect, COLLECT_EVERY):  # stepped back: at once
             # It lists every file of the root, so not every sweep; a file's grace period
             # (an hour) is what keeps it safe, not this rhythm.
             self._next_collect = now + COLLECT_EVERY
@@ -351,7 +353,9 @@ class Housekeeping:
                 self._due.drop(path)
                 self._next_expiry.pop(path, None)
                 continue  # a queue or subscription being created or deleted right now
-            expire = now >= (expiry := self._next_expiry.get(path, 0.0))
+            # Further off than the longest wait set below: the clock was stepped back since
+            # (`periodic_due`), which put off the move of its expired messages by the step.
+            expire = periodic_due(now, expiry := self._next_expiry.get(path, 0.0), _EXPIRY_AT_MOST)
             reports[name] = report = sweep(
                 dropbox,
                 now=now,
@@ -367,7 +371,7 @@ class Housekeeping:
                 # to its size (a minute at most): 400,000 names take about 0.4 s, 40 % of a
                 # core at a sweep each second on a root where nothing happens. No consumer
                 # gets an expired message meanwhile (each process expires what it offers).
-                expiry = now + min(60.0, report.looked / EXPIRY_NAMES_PER_SECOND)
+                expiry = now + min(_EXPIRY_AT_MOST, report.looked / EXPIRY_NAMES_PER_SECOND)
             self._next_expiry[path] = expiry
             # Not looked through for expirations, it is due for that look at the latest.
             due = report.due if expire else min(report.due, expiry)
