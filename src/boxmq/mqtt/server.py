@@ -396,12 +396,14 @@ class _TlsHandshake(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._counted = False  # its handshake counts against max_connections (`_uncount`)
         self._accepted = 0.0  # when its socket was accepted (`_Protocol.accepted`)
+        self._accepted_steady: float | None = None  # the same, on the monotonic clock
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)
         transport.pause_reading()  # the TLS transport reads from here: nothing may come first
         shown = peer_address(transport)
         self._accepted = self._server.now()
+        self._accepted_steady = self._server.steady()
         if not self._server.broker.handshake_started(shown):
             transport.abort()
             return
@@ -415,6 +417,16 @@ class _TlsHandshake(asyncio.Protocol):
         if self._counted:
             self._counted = False
             self._server.broker.handshake_ended()
+
+    def _accepted_now(self) -> float:
+        """When its socket was accepted, read from the wall clock as it is now: the time the
+        handshake took on the monotonic clock, before now. The wall clock stepped forward an
+        hour during a handshake (`Broker.clock_stepped` moves the connections, not these)
+        closed its connection at the next tick for no CONNECT."""
+        steady = self._server.steady()
+        if steady is None or self._accepted_steady is None:
+            return self._accepted
+        return self._server.now() - (steady - self._accepted_steady)
 
     async def _handshake(self, transport: asyncio.Transport, peer: PeerAddress) -> None:
         timeout = self._server.settings.limits.connect_timeout
@@ -445,7 +457,7 @@ class _TlsHandshake(asyncio.Protocol):
             self._uncount()  # before `_Protocol` counts itself as a connection (`opened`)
         if tls is None:  # closed meanwhile
             return
-        protocol = self._server.protocol(self._accepted)
+        protocol = self._server.protocol(self._accepted_now())
         if self._identity:
             protocol.identity = _common_name(tls.get_extra_info("peercert"))
             if protocol.identity is None:
@@ -821,6 +833,11 @@ class MqttServer:
 
     def now(self) -> float:
         return self._clock.now()
+
+    def steady(self) -> float | None:
+        """The monotonic clock the steps of the wall clock are told against; None if there
+        is none (a test's own wall clock alone)."""
+        return None if self._steady is None else self._steady()
 
     def handshake_failed(self, peer: PeerAddress, level: int, words: str) -> None:
         """Log a failed TLS handshake: the first from a client address for a reason at once,

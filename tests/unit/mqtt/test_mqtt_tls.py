@@ -652,3 +652,36 @@ def test_a_tls_client_refused_that_writes_first_still_reads_its_connack(tmp_path
 def _closing(link: object) -> bool:
     transport = getattr(link, "_transport", None)
     return transport is not None and bool(transport.is_closing())
+
+
+def test_a_wall_clock_stepped_forward_during_a_tls_handshake_does_not_close_its_connection(
+    tmp_path: Path,
+) -> None:
+    """The CONNECT timeout of a TLS socket counts from its accept, a time of the wall clock
+    read before its handshake: stepped forward an hour meanwhile (NTP, `date -s`), the
+    connection was closed at the next tick for no CONNECT, though it had just opened."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
+    wall, steady = ManualClock(), ManualClock(1000.0)
+
+    async def run() -> None:
+        settings = MqttSettings(listeners=(listener,), limits=Limits(connect_timeout=10))
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, settings, clock=wall, steady=steady.now)
+        try:
+            [(_, port)] = await server.start()
+            plain = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", port), 10)
+            await _until(lambda: server.broker.handshaking == 1)
+            wall.advance(3600)  # the monotonic clock does not move
+            wrap = _client(cert).wrap_socket
+            client = await asyncio.to_thread(wrap, plain, server_hostname="localhost")
+            await _until(lambda: bool(server.broker._clients))
+            server.broker.tick(wall.now())
+            client.sendall(_CONNECT)
+            assert await asyncio.to_thread(client.recv, 4) == _CONNACK
+            client.close()
+        finally:
+            await server.close()
+            box.close()
+
+    asyncio.run(run())
