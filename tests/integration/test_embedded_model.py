@@ -359,11 +359,19 @@ class EmbeddedModel(RuleBasedStateMachine):
             return {UnexpectedRequest, ItemNotFound}
         # A handle belongs to a consumer that received the message: its engine remembers it
         # as a past holder for as long as it knows the message (docs/concepts.md).
-        known = (
-            self.current_known()
-            if handle.generation == self.generation
-            else self.known[handle.generation]
-        )
+        if handle.generation == self.generation:
+            known = self.current_known()
+        else:
+            known = self.known[handle.generation]
+            if handle.message_id in known and model.state in ("ready", "expired"):
+                # A closed Box's engine answers too, and looks at the clock first, as a live
+                # one does (self.expire() above): what it left ready and has expired since,
+                # it moves to expired/ and forgets, so the handle finds no such message.
+                lapsed = model.lapsed(self.now())
+                if lapsed:
+                    return {ItemNotFound}
+                if lapsed is None:
+                    return {UnexpectedRequest, ItemNotFound}
         return {UnexpectedRequest if handle.message_id in known else ItemNotFound}
 
     def disk_error(
