@@ -290,6 +290,17 @@ class EmbeddedModel(RuleBasedStateMachine):
         for message_id in sorted(new, key=lambda m: self.messages[m].key()):
             holder = new[message_id]
             model = self.messages[message_id]
+            if message_id in self.vanished:
+                # Locked ahead for a consumer, settled by id elsewhere, and handed out again:
+                # this Box's engine knows the old claim is gone, so no receive hands that one
+                # out. Left in the old inbox (and `vanished`), the new holder's receive of the
+                # new claim would be taken for the old one, and the old holder expected to
+                # get it again.
+                event("claim settled by id handed out again")
+                self.vanished.discard(message_id)
+                for opened in self.consumers.values():
+                    if message_id in opened.inbox:
+                        opened.inbox.remove(message_id)
             model.state, model.holder, model.received = "locked", holder, False
             model.token = 0  # a new delivery: no handle answers for it until its receive
             model.deadline = now + self.consumers[holder].lock_timeout
