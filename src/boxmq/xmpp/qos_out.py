@@ -69,7 +69,6 @@ class _Transfer:
     step: str  # acknowledged, assured or deliver
     iq_id: str = ""
     attempts: int = 0
-    next_try: float = 0.0
 
 
 class ReliableSender:
@@ -162,17 +161,15 @@ class ReliableSender:
         if now < self._latest:
             by = now - self._latest
             self._retries = sorted((when + by, tie, iq_id) for when, tie, iq_id in self._retries)
-            for transfer in self._pending.values():
-                transfer.next_try += by
         self._latest = max(self._latest, now)
 
     def _start(self, transfer: _Transfer, now: float, *, again: bool = False) -> None:
         self._seen(now)  # before its own resend is pushed, read from the clock as it is now
         transfer.attempts = transfer.attempts + 1 if again else 1
         transfer.iq_id = next(self._ids)
-        transfer.next_try = now + self._first_retry * 2 ** (transfer.attempts - 1)
+        next_try = now + self._first_retry * 2 ** (transfer.attempts - 1)
         self._pending[transfer.iq_id] = transfer
-        heapq.heappush(self._retries, (transfer.next_try, next(self._tie), transfer.iq_id))
+        heapq.heappush(self._retries, (next_try, next(self._tie), transfer.iq_id))
         msg_id = render.attr(transfer.msg_id)
         if transfer.step == "deliver":
             inner = f"<deliver xmlns='{ns.QOS}' msgId={msg_id}/>"
