@@ -566,6 +566,13 @@ def test_a_spark_setting_given_as_an_option_says_it_goes_in_the_session_conf(
         sink_options({"root": root, "queue": "q", key: "4"}, frozenset({"body"}))
 
 
+def test_of_two_spark_settings_the_first_by_name_is_named(root: str) -> None:
+    # One at a time, as Spark handed them over (lower case), whatever order they came in
+    given = {"spark.sql.x": "1", "root": root, "queue": "q", "Spark.App.Name": "n"}
+    with pytest.raises(InvalidArgument, match=r"option 'spark\.app\.name' is a Spark setting"):
+        check_read(given)
+
+
 def test_a_choice_takes_ascii_blanks_around_it_as_a_count_or_duration_does(root: str) -> None:
     # fsync and state refused " never" though numPartitions took " 2 " and lockTimeout " 2h"
     batch = batch_read_options(

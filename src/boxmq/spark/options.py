@@ -119,12 +119,12 @@ class _Options:
         given = {str(key).lower(): value for key, value in options.items()}
         # Spark hands a Python data source none of its own settings: a "spark." option is one
         # the user meant for Spark, and ignored (as it was) it never took effect.
-        meant_for_spark = sorted(key for key in given if key.startswith("spark."))
-        for key in meant_for_spark[:1]:
+        # The first by name, as the unknown ones are listed.
+        if setting := min((key for key in given if key.startswith("spark.")), default=None):
             raise InvalidArgument(
-                f"boxmq data source: option {key!r} is a Spark setting, which Spark passes to no "
-                f"data source; set it in the session's conf: spark.conf.set({key!r}, ...) or "
-                "SparkSession.builder.config(...)"
+                f"boxmq data source: option {setting!r} is a Spark setting, which Spark passes to "
+                f"no data source; set it in the session's conf: spark.conf.set({setting!r}, ...) "
+                "or SparkSession.builder.config(...)"
             )
         unknown = sorted(key for key in given if key not in known and key not in _FROM_SPARK)
         for key in unknown:
