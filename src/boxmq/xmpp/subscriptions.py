@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from dataclasses import dataclass, field
+from typing import Final
 
 from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
@@ -18,8 +19,8 @@ from boxmq.xmpp.qos_out import Level
 
 __all__ = ["SHARE_GROUP", "Subscription", "Subscriptions", "consumer_name", "topic_node_of"]
 
-SHARE_GROUP = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp/<node>
-_PREFIX = "xmpp."
+SHARE_GROUP: Final = "xmpp"  # the XMPP subscribers of a topic node: $share/xmpp/<node>
+_PREFIX: Final = "xmpp."  # consumer_name's
 
 
 def consumer_name(jid: str) -> str:
