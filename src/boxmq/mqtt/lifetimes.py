@@ -66,7 +66,6 @@ from boxmq.client.subscriber import Subscriber
 from boxmq.client.topics import Topics
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
-from boxmq.core.deadlines import Deadlines
 from boxmq.errors import RecurringFailure, store_failure
 from boxmq.mqtt.adoption import CONNECTED, Orphans, session_claim
 from boxmq.mqtt.routes import MemoryRoutes
@@ -82,6 +81,7 @@ from boxmq.mqtt.session_record import (
 )
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
 from boxmq.mqtt.succession import NONE, Chains, claim
+from boxmq.mqtt.timed import Timed
 from boxmq.mqtt.wills import Wills, will_delay
 from boxmq.store.process import token_pid
 from boxmq.store.topics import SubscriptionRecord
@@ -230,8 +230,7 @@ class Lifetimes:
         # Client id -> when its session ends, on the broker's clock (`end_due`, at each of
         # its ticks, as its keep-alives are): the loop's timer ran on real time, so a clock
         # moved on (a test's) ended no session. And what ends it then.
-        self.expiries: Deadlines[str] = Deadlines()
-        self._ends: dict[str, Callable[[], None]] = {}
+        self.expiries: Timed[str] = Timed()
         # The sweep for sessions of dead brokers (`adopt_the_dead`), and what its looks saw.
         self._orphans = Orphans(box.root, token)
         self._sweep_failing = RecurringFailure()
@@ -656,8 +655,7 @@ class Lifetimes:
     def _end_at(self, client_id: str, when: float, end: Callable[[], None]) -> None:
         """The session of `client_id` ends at `when` (the broker's clock) by `end`, which
         replaces any end it had."""
-        self.expiries.set(client_id, when)
-        self._ends[client_id] = end
+        self.expiries.set(client_id, when, end)
 
     def clock_stepped(self, by: float) -> None:
         """The wall clock was stepped `by` seconds (Broker.clock_stepped): the ends of the
@@ -667,13 +665,8 @@ class Lifetimes:
     def end_due(self, now: float) -> None:
         """On the broker's timer: the sessions whose time came at `now` end (or are let go,
         those another broker holds or counts now)."""
-        for client_id in self.expiries.due(now):
-            if client_id in self.expiries:
-                continue  # timed again by an end run before it here
-            end = self._ends.pop(client_id, None)
-            if end is not None:  # not cancelled by an end run before it
-                end()
+        for end in self.expiries.due(now):
+            end()
 
     def cancel_expiry(self, client_id: str) -> None:
         self.expiries.discard(client_id)
-        self._ends.pop(client_id, None)

@@ -35,7 +35,6 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from boxmq.clock import Clock, periodic_due
-from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
 from boxmq.errors import store_failure
 from boxmq.mqtt.clients import Client
@@ -43,6 +42,7 @@ from boxmq.mqtt.packets import Will
 from boxmq.mqtt.publishing import WillWritten
 from boxmq.mqtt.session import NEVER, Session
 from boxmq.mqtt.session_record import AwayAtStart, SessionRecord, read_record, write_record
+from boxmq.mqtt.timed import Timed
 
 __all__ = ["SentWills", "Wills", "will_delay"]
 
@@ -161,8 +161,7 @@ class Wills:
         # each of its ticks, as the sessions' ends are: the loop's timer ran on real time, so
         # a clock moved on past a session's end ended it and sent no Will). And what sends it
         # then (a clean start runs it early).
-        self._due: Deadlines[str] = Deadlines()
-        self._sends: dict[str, Callable[[], None]] = {}
+        self._due: Timed[str] = Timed()
         self._sent = SentWills(root)  # sent from records that still hold them
         # A Will sent at once from a record (a persistent session's close): what waits for its
         # write to end (`when_written`), per client id, for the latest one.
@@ -170,7 +169,7 @@ class Wills:
 
     def send_early(self, client_id: str) -> None:
         """The session ends now (a clean start): its delayed Will, if any, goes out now."""
-        send = self._sends.get(client_id)
+        send = self._due.get(client_id)
         if send is not None:
             send()
 
@@ -183,10 +182,8 @@ class Wills:
         """On the broker's timer, before the sessions' ends (Lifetimes.end_due): the delayed
         Wills whose time came at `now` go out. A Will is due no later than its session's end
         (`will_delay`, Lifetimes._capped), so one due with it goes first (MQTT-3.1.3-9)."""
-        for client_id in self._due.due(now):
-            send = self._sends.get(client_id)
-            if send is not None:  # not cancelled by a Will sent before it here
-                send()
+        for send in self._due.due(now):
+            send()
 
     def retry(self, *, now: float) -> None:
         """On the broker's timer: the records still holding a Will sent (SentWills)."""
@@ -320,11 +317,9 @@ class Wills:
         """The client's Will goes out at `due` (the broker's clock) by `send`. One time per
         client id: a Will resumed at start, and again at its client's return
         (Lifetimes.left_by_the_dead), is one Will."""
-        self._due.set(client_id, due)
-        self._sends[client_id] = send
+        self._due.set(client_id, due, send)
 
     def forget_timer(self, client_id: str) -> None:
         """No timer for the client's Will any more (it fired, went out early, or was
         cancelled by the client's return)."""
         self._due.discard(client_id)
-        self._sends.pop(client_id, None)
