@@ -5,10 +5,7 @@ every text Java or an older boxmq wrote reads back as its value."""
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import struct
-import subprocess
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
@@ -17,6 +14,7 @@ from urllib.parse import quote, unquote
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.unit.store.java import run_java
 
 from boxmq.errors import InvalidArgument
 from boxmq.java_floats import double_text, float_text, to_float32
@@ -170,25 +168,12 @@ public class Spell {
 
 
 def test_java_reads_what_boxmq_writes_and_writes_what_boxmq_does(tmp_path: Path) -> None:
-    if shutil.which("javac") is None:  # the JDK Spark runs on brings it
-        if os.environ.get("CI"):
-            pytest.fail("no javac on PATH (CI has the JDK the Spark tests run on)")
-        pytest.skip("no javac on PATH")
     values = [value for value, _ in DOUBLES + FLOATS]
     values += [1.5e300, 3.0e-310, 7.0e-4, 1.0e-3, 9999999.5, 1e7 + 1, 0.3, 2.0 / 3, math.pi]
-    (tmp_path / "Spell.java").write_text(_JAVA)
-    subprocess.run(["javac", "Spell.java"], cwd=tmp_path, check=True, timeout=120)
     args: list[str] = []
     for value in values:
         args += [_bits(value)[::-1].hex(), f"{double_text(value)},{float_text(value)}"]
-    out = subprocess.run(
-        ["java", "-cp", ".", "Spell", *args],
-        cwd=tmp_path,
-        check=True,
-        timeout=120,
-        capture_output=True,
-        text=True,
-    ).stdout.split("\n")
+    out = run_java(tmp_path, "Spell", _JAVA, *args).split("\n")
     for value, line in zip(values, out, strict=False):
         java_double, java_float, double_ok, float_ok = line.split()
         assert (double_ok, float_ok) == ("true", "true"), (value, line)
@@ -238,21 +223,8 @@ def _around(bits: int) -> list[str]:
 def test_java_reads_a_script_s_float_text_as_boxmq_does(tmp_path: Path) -> None:
     """Float.parseFloat rounds the exact decimal once; boxmq reads through a double and must
     not round twice where that double lands on a midpoint between two floats."""
-    if shutil.which("javac") is None:
-        if os.environ.get("CI"):
-            pytest.fail("no javac on PATH (CI has the JDK the Spark tests run on)")
-        pytest.skip("no javac on PATH")
     texts = _midpoint_texts()
-    (tmp_path / "Parse.java").write_text(_PARSE_JAVA)
-    subprocess.run(["javac", "Parse.java"], cwd=tmp_path, check=True, timeout=120)
-    out = subprocess.run(
-        ["java", "-cp", ".", "Parse", *texts],
-        cwd=tmp_path,
-        check=True,
-        timeout=120,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
+    out = run_java(tmp_path, "Parse", _PARSE_JAVA, *texts).split()
     assert len(out) == len(texts)
     for text, java in zip(texts, out, strict=True):
         ours = struct.unpack("<I", struct.pack("<f", to_float32(_read(T.FLOAT, text))))[0]

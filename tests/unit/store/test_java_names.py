@@ -5,14 +5,11 @@ otherwise on purpose, DIFFERENCES says why (and docs/file-format.md tells the us
 
 from __future__ import annotations
 
-import os
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 from urllib.parse import quote
 
-import pytest
+from tests.unit.store.java import run_java
 
 from boxmq.errors import MalformedName
 from boxmq.store.names import decode
@@ -131,22 +128,9 @@ def _boxmq_reads(where: str, text: str) -> str:
 
 
 def _java_reads(tmp_path: Path) -> list[str]:
-    if shutil.which("javac") is None:  # the JDK Spark runs on brings it
-        if os.environ.get("CI"):
-            pytest.fail("no javac on PATH (CI has the JDK the Spark tests run on)")
-        pytest.skip("no javac on PATH")
-    (tmp_path / "ReadAsJava.java").write_text(_JAVA)
-    subprocess.run(["javac", "ReadAsJava.java"], cwd=tmp_path, check=True, timeout=120)
     lines = [f"{_JAVA_PARSER.get(where, where)} {text.encode().hex()}" for where, text in CORPUS]
     (tmp_path / "corpus.txt").write_text("\n".join(lines) + "\n")
-    return subprocess.run(
-        ["java", "-cp", ".", "ReadAsJava", "corpus.txt"],
-        cwd=tmp_path,
-        check=True,
-        timeout=120,
-        capture_output=True,
-        text=True,
-    ).stdout.splitlines()
+    return run_java(tmp_path, "ReadAsJava", _JAVA, "corpus.txt").splitlines()
 
 
 def test_every_text_reads_as_java_reads_it_or_its_difference_is_explained(
