@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import random
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from harness.output import read_until
 from harness.stopping import kill
 
 import boxmq
@@ -84,16 +83,9 @@ def _said_until_killed(root: Path, fsync: str, lines: int) -> list[list[str]]:
         cwd=REPO,
         env=os.environ.copy(),
     )
-    said = b""
     try:
         assert run.stdout is not None
-        deadline = time.monotonic() + WITHIN
-        while said.count(b"\n") < lines and (left := deadline - time.monotonic()) > 0:
-            if not select.select([run.stdout], [], [], left)[0]:
-                break
-            if not (more := os.read(run.stdout.fileno(), 65536)):
-                break  # its output closed: it ended
-            said += more
+        said = read_until(run.stdout, lambda said: said.count(b"\n") >= lines, WITHIN)
     finally:
         kill(run)
         _, errors = run.communicate(timeout=10)

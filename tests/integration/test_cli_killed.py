@@ -7,13 +7,12 @@ Durability); the policy is for a crash of the machine."""
 from __future__ import annotations
 
 import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from harness.output import read_until
 from harness.stopping import kill
 
 import boxmq
@@ -35,17 +34,10 @@ def _killed_as_it_says(root: Path, fsync: str, *args: str) -> str:
         stderr=subprocess.PIPE,
         env=os.environ.copy(),
     )
-    line = b""
     try:
         assert run.stdout is not None
-        deadline = time.monotonic() + SAID_WITHIN
         # the text and its newline may come in two writes: read until the line is whole
-        while not line.endswith(b"\n") and (left := deadline - time.monotonic()) > 0:
-            if not select.select([run.stdout], [], [], left)[0]:
-                break
-            if not (more := os.read(run.stdout.fileno(), 4096)):
-                break  # its output closed: it ended
-            line += more
+        line = read_until(run.stdout, lambda said: said.endswith(b"\n"), SAID_WITHIN)
     finally:
         kill(run)
         _, errors = run.communicate(timeout=10)
