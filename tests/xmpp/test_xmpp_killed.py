@@ -7,16 +7,13 @@ stays done, the node deleted gone (docs/xmpp.md)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from harness.prosody import SECRET, SERVICE, Prosody, clients
+from harness.prosody import SERVICE, Prosody, clients
 from harness.stopping import kill, stop
-from tests.xmpp.test_xmpp_serve import _assured, _wait_for_service, run
+from tests.xmpp.test_xmpp_serve import _assured, _serve, _wait_for_service, run
 
 import boxmq
 from boxmq.xmpp import ns
@@ -24,31 +21,6 @@ from boxmq.xmpp import ns
 # A crash of a process loses nothing that was answered under any policy (docs/operations.md,
 # Durability): the policy is for a crash of the machine.
 POLICIES = ["always", "interval", "never"]
-
-
-def _serve(prosody: Prosody, data: Path, fsync: str) -> subprocess.Popen[str]:
-    """`boxmq serve` of the XMPP component alone, under the fsync policy `fsync`."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "boxmq.cli",
-            "--data",
-            str(data),
-            "--fsync",
-            fsync,
-            "serve",
-            "--no-mqtt",
-            "--xmpp-component",
-            SERVICE,
-            "--xmpp-server",
-            f"127.0.0.1:{prosody.component_port}",
-        ],
-        env={**os.environ, "BOXMQ_XMPP_SECRET": SECRET},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
 
 
 def _bodies(box: boxmq.Box, queue: str) -> dict[str, bytes]:
@@ -111,13 +83,13 @@ def test_what_the_component_answered_survives_a_sigkill_right_after(
             reply = await carol.request(_assured("deliver", "m2"), to=node)
             assert reply.get("type") == "result", reply
 
-    first = _serve(prosody, data, fsync)
+    first = _serve(prosody, data, fsync=fsync)
     try:
         run(before_the_kill())
     finally:
         kill(first)
         first.communicate(timeout=10)
-    second = _serve(prosody, data, fsync)
+    second = _serve(prosody, data, fsync=fsync)
     try:
         run(after_the_restart())
     finally:
@@ -182,7 +154,7 @@ def test_every_publish_answered_of_a_stream_killed_at_a_random_moment_is_stored(
                 sent += 20
             await killing
 
-    first = _serve(prosody, data, fsync)
+    first = _serve(prosody, data, fsync=fsync)
     try:
         run(stream())
     finally:

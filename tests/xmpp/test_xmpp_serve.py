@@ -33,11 +33,16 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
     asyncio.run(asyncio.wait_for(scenario, SCENARIO_SECONDS))
 
 
-def _serve(prosody: Prosody, data: Path, secret: str = SECRET, *more: str) -> subprocess.Popen[str]:
-    return _serve_at(prosody.component_port, data, secret, *more)
+def _serve(
+    prosody: Prosody, data: Path, secret: str = SECRET, *more: str, fsync: str = "never"
+) -> subprocess.Popen[str]:
+    return _serve_at(prosody.component_port, data, secret, *more, fsync=fsync)
 
 
-def _serve_at(port: int, data: Path, secret: str = SECRET, *more: str) -> subprocess.Popen[str]:
+def _serve_at(
+    port: int, data: Path, secret: str = SECRET, *more: str, fsync: str = "never"
+) -> subprocess.Popen[str]:
+    """`boxmq serve` of the XMPP component alone, on the Prosody at `port`."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -46,7 +51,7 @@ def _serve_at(port: int, data: Path, secret: str = SECRET, *more: str) -> subpro
             "--data",
             str(data),
             "--fsync",
-            "never",
+            fsync,
             "serve",
             "--no-mqtt",
             "--xmpp-component",
