@@ -22,8 +22,11 @@ from boxmq.clock import ManualClock
 from boxmq.store.names import decode
 
 
-def sh(script: str, cwd: Path) -> None:
-    subprocess.run(["sh", "-ec", script], cwd=cwd, check=True)
+def sh(script: str, cwd: Path) -> str:
+    """Run `script` as a shell script in `cwd`; what it printed."""
+    return subprocess.run(
+        ["sh", "-ec", script], cwd=cwd, check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
 
 
 def test_a_shell_script_publishes_with_mv_and_boxmq_delivers_it(box: boxmq.Box, root: Path) -> None:
@@ -85,13 +88,7 @@ def test_files_boxmq_writes_are_dropboxmq_names_a_script_can_read(
     box: boxmq.Box, root: Path
 ) -> None:
     box.queue("jobs").put(b"for the script", priority=6, properties={"k": "v w"})
-    out = subprocess.run(
-        ["sh", "-ec", 'for f in jobs/target/*; do basename "$f"; cat "$f"; done'],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.splitlines()
+    out = sh('for f in jobs/target/*; do basename "$f"; cat "$f"; done', root).splitlines()
     name, body = out
     assert body == "for the script"
     assert name.startswith("6.")
@@ -787,13 +784,9 @@ def test_a_put_with_example_1_s_metadata_at_its_time_writes_example_1_s_name(roo
             type="XYZType",
             properties={"prop1": "hello"},
         )
-    fields = subprocess.run(
-        ["sh", "-ec", 'for f in jobs/target/*; do basename "$f" | tr . "\\n"; cat "$f"; done'],
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split("\n")
+    fields = sh(
+        'for f in jobs/target/*; do basename "$f" | tr . "\\n"; cat "$f"; done', root
+    ).split("\n")
     assert message_id.startswith("1140429201295000-")
     assert fields == [
         "4",
