@@ -33,6 +33,13 @@ def _qos_iqs(wire: Wire) -> list[ET.Element]:
     return [s for s in wire.take() if s.get("type") == "set"]
 
 
+def _msg_id(iq: ET.Element, kind: str) -> str | None:
+    """The msgId of the <assured/> or <deliver/> (`kind`) that `iq` carries."""
+    element = iq.find(f"{{{QOS}}}{kind}")
+    assert element is not None, ET.tostring(iq)
+    return element.get("msgId")
+
+
 def _answer(wire: Wire, iq: ET.Element, inner: str = "", type: str = "result") -> None:
     wire.service.answer(
         ET.fromstring(
@@ -81,12 +88,10 @@ def test_assured_is_two_steps_and_a_give_up_goes_to_the_next(
     _subscribe(wire, ALICE, "assured")
     item = wire.publish()
     [assured] = _qos_iqs(wire)
-    element = assured.find(f"{{{QOS}}}assured")
-    assert element is not None
-    assert element.get("msgId") == f"jobs/{item}"  # the node and the item: msg_id_of
+    assert _msg_id(assured, "assured") == f"jobs/{item}"  # the node and the item: msg_id_of
     _answer(wire, assured, f"<received xmlns='{QOS}' msgId='jobs/{item}'/>")
     [deliver] = _qos_iqs(wire)
-    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+    assert _msg_id(deliver, "deliver") == f"jobs/{item}"
     _answer(wire, deliver)
     assert wire.retract(ALICE, item).get("type") == "result"
     # the next item is never answered: after the last retry it goes to bob
@@ -122,10 +127,10 @@ def test_a_result_to_assured_that_is_no_receipt_of_its_msgid_does_not_count(
     clock.advance(deadline - clock.now())
     wire.service.expire(clock.now())
     [again] = _qos_iqs(wire)  # still unanswered: asked again, the same msgId
-    assert again.find(f"{{{QOS}}}assured").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+    assert _msg_id(again, "assured") == f"jobs/{item}"
     _answer(wire, again, f"<received xmlns='{QOS}' msgId='jobs/{item}'/>")
     [deliver] = _qos_iqs(wire)
-    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+    assert _msg_id(deliver, "deliver") == f"jobs/{item}"
 
 
 def test_an_unanswered_deliver_is_sent_again_and_an_error_to_it_hands_the_item_on(
@@ -144,7 +149,7 @@ def test_an_unanswered_deliver_is_sent_again_and_an_error_to_it_hands_the_item_o
     wire.service.expire(clock.now())
     [again] = _qos_iqs(wire)  # the deliver, not the assured, under the same msgId
     assert [child.tag for child in again] == [f"{{{QOS}}}deliver"]
-    assert again.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+    assert _msg_id(again, "deliver") == f"jobs/{item}"
     assert again.get("id") != deliver.get("id")
     _subscribe(wire, BOB, "unacknowledged")
     _answer(wire, again, _BOUNCE, type="error")
@@ -158,7 +163,7 @@ def test_a_receipt_written_as_the_documents_example_writes_it_counts(wire: Wire)
     [assured] = _qos_iqs(wire)
     _answer(wire, assured, f"<received msgId='jobs/{item}'/>")
     [deliver] = _qos_iqs(wire)
-    assert deliver.find(f"{{{QOS}}}deliver").get("msgId") == f"jobs/{item}"  # type: ignore[union-attr]
+    assert _msg_id(deliver, "deliver") == f"jobs/{item}"
 
 
 def test_one_item_of_two_subscriptions_goes_under_two_msgids(
@@ -173,7 +178,7 @@ def test_one_item_of_two_subscriptions_goes_under_two_msgids(
         assert _subscribe(wire, ALICE, "assured", node=node).get("type") == "result"
     item = wire.publish(node="sensors/1")
     sent = _qos_iqs(wire)
-    msg_ids = {iq.find(f"{{{QOS}}}assured").get("msgId") for iq in sent}  # type: ignore[union-attr]
+    msg_ids = {_msg_id(iq, "assured") for iq in sent}
     assert len(sent) == len(msg_ids) == 2
     assert wire.retract(ALICE, item, node="sensors/+").get("type") == "result"
     deadline = wire.service.next_deadline()
