@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from harness.stopping import kill
 
 import boxmq
 from boxmq.store.names import decode, split_lock
@@ -795,9 +796,7 @@ def test_puts_of_two_processes_taking_turns_go_out_in_the_order_they_were_put(
                     bodies.append(int(message.body))
                     message.ack()
     finally:
-        if other.poll() is None:
-            other.kill()
-        other.wait(timeout=10)
+        kill(other)  # a no-op on one that ended; reaped either way
         other.stdout.close()
     out_of_order = [(a, b) for a, b in itertools.pairwise(bodies) if a > b]
     assert not out_of_order, f"{len(out_of_order)} out of FIFO order, e.g. {out_of_order[:5]}"
