@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import boxmq
 from boxmq import log_lines
 from boxmq.cli import OneLineFormatter
 
@@ -99,8 +100,6 @@ def test_an_application_s_own_handler_writes_boxmq_s_records_of_names_on_one_lin
     in target/ (logged when `get` sets it aside), and a traceback of a library user's
     callback whose exception names a client id holding one (an authenticator that failed):
     each line of them one of the record's, none that reads as another record."""
-    import boxmq
-
     with boxmq.open(tmp_path / "d", fsync="never") as box:
         box.queue("q").put(b"hi")
         (tmp_path / "d" / "q" / "target" / f"x\n{FORGED}\x1b[2J").mkdir()
