@@ -180,11 +180,12 @@ def dead_name(
     if delivery_count is not None:
         counted = envelope.with_property(DELIVERY_COUNT, PropertyType.INT, delivery_count)
     why = (DEAD_REASON, PropertyType.STRING, reason)
-    candidates = [counted.with_property(*why), counted, envelope.with_property(*why)]
+    reasoned, alone = counted.with_property(*why), envelope.with_property(*why)
+    candidates: tuple[Envelope, ...] = (reasoned, counted, alone)
     if holder is not None:
         last = (LAST_HOLDER, PropertyType.STRING, holder)
-        candidates.insert(0, candidates[0].with_property(*last))
-        candidates.insert(3, candidates[3].with_property(*last))
+        held, held_alone = reasoned.with_property(*last), alone.with_property(*last)
+        candidates = (held, reasoned, counted, held_alone, alone)
     for candidate in candidates:
         try:
             return encode(candidate, as_read=True)
