@@ -151,29 +151,15 @@ class DiskSettler:
                 holder = lock.owner if lock is not None else None
                 if lock is not None and lock.deadline_ms <= self._now() * 1000:
                     holder = None  # timed out: a sweep will move it; it is nobody's any more
-                check_holder(
-                    message_id,
-                    consumer,
-                    holder=holder,
-                    known=True,
-                    past_holders=_past(envelope.last_holder, lock, holder),
-                    earlier_delivery=delivery is not None and name != delivery,
-                    holders_unrecorded=_unrecorded(envelope),
-                )
+                earlier = delivery is not None and name != delivery
+                _check_found(message_id, consumer, envelope, lock, holder, earlier=earlier)
                 assert lock is not None  # check_holder passed, so `consumer` holds the lock
                 return name, processing, lock
         with closing(self._box.scan(State.TARGET)) as ready:
             for entry in ready:
                 envelope = envelope_of(entry.name)
                 if envelope.message_id == message_id:
-                    check_holder(
-                        message_id,
-                        consumer,
-                        holder=None,
-                        known=True,
-                        past_holders=_past(envelope.last_holder, None, None),
-                        holders_unrecorded=_unrecorded(envelope),
-                    )
+                    _check_found(message_id, consumer, envelope, None, None, earlier=False)
         if not is_dropbox(self._box.path):
             if delivery is not None:  # a handle's: held, its lock gone with the queue
                 raise lock_gone(message_id, self._box.path)
@@ -222,16 +208,32 @@ class GotLock:
         self.disk.extend(message_id, consumer, seconds, self.name)
 
 
-def _past(last: ConsumerId | None, lock: Lock | None, holder: ConsumerId | None) -> set[ConsumerId]:
-    """Who held it before: the previous holder, and the holder of a lock that timed out."""
+def _check_found(
+    message_id: MessageId,
+    consumer: ConsumerId,
+    envelope: Envelope,
+    lock: Lock | None,
+    holder: ConsumerId | None,
+    *,
+    earlier: bool,
+) -> None:
+    """`check_holder` for a message found on disk as `envelope`, under `lock` (None: in
+    target/), `holder` holding it now (None: nobody, or a `lock` that timed out); `earlier`:
+    the request names a delivery before this one."""
+    last = envelope.last_holder
+    # Who held it before: the previous holder, and the holder of a lock that timed out.
     past = {last} if last is not None else set()
     if lock is not None and holder is None:
         past.add(lock.owner)
-    return past
-
-
-def _unrecorded(envelope: Envelope) -> bool:
-    """Delivered before, and its name keeps no holder: the lock of a holder that left (a
-    restart of its process, a disconnect) went back without one (effects.Release
-    .passed_over), so the requester may be the one that held it."""
-    return envelope.delivery_count > 0 and envelope.last_holder is None
+    check_holder(
+        message_id,
+        consumer,
+        holder=holder,
+        known=True,
+        past_holders=past,
+        earlier_delivery=earlier,
+        # Delivered before, and its name keeps no holder: the lock of a holder that left (a
+        # restart of its process, a disconnect) went back without one (effects.Release
+        # .passed_over), so the requester may be the one that held it.
+        holders_unrecorded=envelope.delivery_count > 0 and last is None,
+    )
