@@ -158,7 +158,6 @@ def release_stale_locks(
                     )
                 continue
             count = envelope.delivery_count + 1
-            owner = lock.owner if lock is not None else None
             new, lost = released_or_dead(
                 name,
                 delivery_count=count,
@@ -167,13 +166,9 @@ def release_stale_locks(
                 not_before=0.0,
             )
             if lost is not None:
-                if box.move(
-                    State.PROCESSING,
-                    entry.name,
-                    State.ERROR,
-                    # The lock's owner, a process gone or not: it held it last.
-                    dead_name(name, lost, holder=owner, delivery_count=count),
-                ):
+                owner = lock.owner if lock is not None else None  # gone or not, it held it last
+                error_name = dead_name(name, lost, holder=owner, delivery_count=count)
+                if box.move(State.PROCESSING, entry.name, State.ERROR, error_name):
                     dead += 1
                     # As an unlock says it: a name too long for one more count (a script wrote
                     # it, or the count passed an INT's) is no max_deliveries reached.
