@@ -557,9 +557,7 @@ class AssuredIntake:
         sender that must know the message as it delivers it and no longer holds it in
         memory (an MQTT server restarted between PUBREC and PUBREL)."""
         _check_key(source, msg_id)  # else None, as for an id never stored
-        with self._lock:
-            self._restore()
-            pending = self._pending.get((source, msg_id))
+        pending = self._stored_under(source, msg_id)
         if pending is None:
             return None
         try:
@@ -568,22 +566,24 @@ class AssuredIntake:
         except FileNotFoundError:  # delivered or dropped meanwhile
             return None
 
+    def _stored_under(self, source: str, msg_id: str) -> _Pending | None:
+        """What `source` stored under `msg_id` and waits for its `deliver`, if anything."""
+        with self._lock:
+            self._restore()
+            return self._pending.get((source, msg_id))
+
     def message_id(self, source: str, msg_id: str) -> str | None:
         """The id of the message `source` stored under `msg_id` that waits for its
         `deliver` (its copies will have it), or None: for a sender that must know which
         message it delivers, as an MQTT server routing a retained one."""
-        with self._lock:
-            self._restore()
-            pending = self._pending.get((source, msg_id))
+        pending = self._stored_under(source, msg_id)
         return None if pending is None else pending.envelope.message_id
 
     def destination(self, source: str, msg_id: str) -> str | None:
         """The queue or topic of the message `source` stored under `msg_id` that waits for
         its `deliver`, or None: for a sender that must wake that destination's consumers as
         it delivers, whatever the deliver itself was addressed to (an XMPP <deliver/>)."""
-        with self._lock:
-            self._restore()
-            pending = self._pending.get((source, msg_id))
+        pending = self._stored_under(source, msg_id)
         if pending is None:
             return None
         return pending.queue if pending.queue is not None else pending.envelope.topic
