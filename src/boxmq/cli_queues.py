@@ -188,7 +188,8 @@ def _unsubscribe_line(box: Box, name: str) -> str | None:
     refusal, which said `no queue` alone; None if `name` is none. The `boxmq unsubscribe`
     for those the CLI or the API kept; not for an MQTT session's, which unsubscribe refuses
     (cli_subscribe: its client counts on it), so said as its client ends it."""
-    from boxmq.mqtt.brokers import client_s_broker  # here: `ls` loads no MQTT module
+    from boxmq.cli_subscribe import bound_xmpp_subscriber  # here: `ls` loads none of them
+    from boxmq.mqtt.brokers import client_s_broker
     from boxmq.mqtt.session_record import record_named
 
     readers = [
@@ -198,9 +199,18 @@ def _unsubscribe_line(box: Box, name: str) -> str | None:
         for reader in ([info.subscriber] if info.subscriber else info.members)
     ]
     sessions = [r for r in readers if (record := record_named(box.root, r)) and record.made(name)]
+    # A topic node's XMPP subscriber, bound to the component's process (which unsubscribe
+    # refuses as it refuses a client's), before the MQTT clients: it is none.
+    xmpp = {
+        r: bound[0]
+        for r in readers
+        if r not in sessions and (bound := bound_xmpp_subscriber(box, name, r)) is not None
+    }
     # A connected client's whose session is not persistent: no record, bound to its broker.
-    clients = [r for r in readers if r not in sessions and client_s_broker(box, name, r)]
-    kept = [reader for reader in readers if reader not in sessions and reader not in clients]
+    clients = [
+        r for r in readers if r not in sessions and r not in xmpp and client_s_broker(box, name, r)
+    ]
+    kept = [r for r in readers if r not in sessions and r not in xmpp and r not in clients]
     said = []
     if len(kept) == 1:
         said.append(f"`{shlex.join(['boxmq', 'unsubscribe', name, '--name', kept[0]])}` ends it")
@@ -227,6 +237,11 @@ def _unsubscribe_line(box: Box, name: str) -> str | None:
             f"those of the MQTT clients {', '.join(clients)}, connected with sessions that are "
             "not persistent, end when each unsubscribes (UNSUBSCRIBE) or disconnects"
         )
+    said.extend(
+        f"that of the XMPP subscriber {reader} of the topic node {node!r} ends when it "
+        "unsubscribes (XEP-0060 unsubscribe) or goes offline"
+        for reader, node in xmpp.items()
+    )
     return "; ".join(said) or None
 
 

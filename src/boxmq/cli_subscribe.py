@@ -231,17 +231,28 @@ def _refuse_a_connected_client(box: Box, filter: str, subscriber: str) -> None:
     )
 
 
+def bound_xmpp_subscriber(box: Box, filter: str, subscriber: str) -> tuple[str, str] | None:
+    """(its topic node, the process token it is bound to) if `subscriber`'s membership of
+    `filter` is a topic node's XMPP subscriber's bound to a process that may still run (not
+    known dead); else None."""
+    node = topic_node_of(filter, subscriber)
+    owner = box.topics.bound_to(filter, subscriber) if node is not None else ""
+    if node is None or not owner or process_alive(owner) is False:
+        return None
+    return node, owner
+
+
 def _refuse_an_xmpp_subscriber(box: Box, filter: str, subscriber: str) -> None:
     """InvalidArgument if `subscriber`'s membership of `filter` is a topic node's XMPP
     subscriber's (xmpp/subscriptions.py) bound to a process that may still run: the
     component still counts it a subscriber and sends it what comes; ended here, the group
     could be deleted under it, the subscriber getting nothing (the refusal beside MQTT
     called it an MQTT client, which it is not)."""
-    node = topic_node_of(filter, subscriber)
-    owner = box.topics.bound_to(filter, subscriber) if node is not None else ""
-    if not owner or (alive := process_alive(owner)) is False:
+    bound = bound_xmpp_subscriber(box, filter, subscriber)
+    if bound is None:
         return
-    where = "" if alive else " on another machine"
+    node, owner = bound
+    where = "" if process_alive(owner) else " on another machine"
     raise InvalidArgument(
         f"{subscriber} is an XMPP subscriber of the topic node {node!r}, served by the XMPP "
         f"component of boxmq serve, process {token_pid(owner)}{where}, and {filter} its own: "

@@ -234,6 +234,14 @@ def test_unsubscribe_refuses_an_xmpp_subscribers_membership_saying_what_it_is(
             assert "MQTT" not in refused.stderr, refused.stderr
             with boxmq.open(data, fsync="never") as box:
                 assert box.topics.has_subscription(group, member)
+            # delete's refusal says what ends it, not the unsubscribe refused above
+            delete = [sys.executable, "-m", "boxmq.cli", "--data", str(data), "delete", group]
+            told = await asyncio.to_thread(
+                subprocess.run, delete, capture_output=True, text=True, timeout=30
+            )
+            assert told.returncode != 0, told.stdout
+            assert "boxmq unsubscribe" not in told.stderr, told.stderr
+            assert f"the XMPP subscriber {member}" in told.stderr, told.stderr
 
     run(scenario())
 
