@@ -11,7 +11,6 @@ import argparse
 import io
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 
@@ -21,6 +20,7 @@ from boxmq import cli_output as output
 from boxmq.cli_args import Default, joined_negative_durations
 from boxmq.client import Box, mqtt_fields
 from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
+from boxmq.log_lines import one_line
 from boxmq.model import Property
 from boxmq.store.layout import in_the_way
 from boxmq.store.v5_properties import CORRELATION_DATA, RESPONSE_TOPIC
@@ -39,7 +39,8 @@ _Command = Callable[[argparse.Namespace, Box], int]
 # that are not UTF-8 (\udcff in a str, or 'x\\udcff' where %r wrote it) are written \xff, as
 # peek and ls show them: a log file opened for UTF-8 refused the record ("--- Logging error
 # ---", the line lost), and standard error wrote a \udcff no one could match to the file.
-_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+# boxmq's own loggers escape their records so already (log_lines); this handler's formatter
+# does it for every other logger's too (slixmpp, asyncio), with the same one_line.
 
 
 class OneLineFormatter(logging.Formatter):
@@ -47,7 +48,7 @@ class OneLineFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         message = output.bytes_shown(record.message)
-        record.message = _CONTROL.sub(lambda m: repr(m[0])[1:-1], message)
+        record.message = one_line(message)
         return super().formatMessage(record)
 
 
