@@ -10,8 +10,10 @@ from typing import NamedTuple
 from tests.integration.mqtt.clients import WAIT, RunningServer
 
 __all__ = [
+    "PINGREQ",
     "Received",
     "connect_packet",
+    "nothing",
     "open_raw",
     "packet",
     "puback",
@@ -26,7 +28,10 @@ __all__ = [
     "string",
     "subscribe",
     "take_publishes",
+    "until_closed",
 ]
+
+PINGREQ = bytes([0xC0, 0])
 
 
 def packet(kind: int, body: bytes) -> bytes:
@@ -138,6 +143,25 @@ def read(sock: socket.socket) -> tuple[int, bytes]:
     while len(body) < length:
         body += sock.recv(length - len(body))
     return head[0], body
+
+
+def until_closed(sock: socket.socket) -> list[tuple[int, bytes]]:
+    """Every packet the server sent before it closed the connection."""
+    got: list[tuple[int, bytes]] = []
+    while (answer := read(sock))[0]:
+        got.append(answer)
+    return got
+
+
+def nothing(sock: socket.socket, within: float = 0.3) -> bool:
+    """Whether no packet comes in the next `within` seconds."""
+    sock.settimeout(within)
+    try:
+        return not sock.recv(1)  # the server closing says nothing more will come either
+    except TimeoutError:
+        return True
+    finally:
+        sock.settimeout(WAIT)
 
 
 def open_raw(

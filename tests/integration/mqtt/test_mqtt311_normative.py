@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, start_server
-from tests.integration.mqtt.raw import packet, read, string
-from tests.integration.mqtt.test_mqtt_normative import PINGREQ, _nothing, _until_closed
+from tests.integration.mqtt.raw import PINGREQ, nothing, packet, read, string, until_closed
 
 from boxmq.clock import ManualClock
 
@@ -53,7 +52,7 @@ def _answers_to(
         sock = _connected(server)
     with sock:
         sock.sendall(sent)
-        return _until_closed(sock)
+        return until_closed(sock)
 
 
 def _publish(
@@ -126,12 +125,12 @@ def test_a_will_is_published_retained_as_its_will_retain_says(server: RunningSer
             )
             assert body == b"\x00\x00"
             sock.sendall(_connect(client_id))
-            assert _until_closed(sock) == []
+            assert until_closed(sock) == []
             sock.close()
             assert _received(watcher) == (0x30, "w", message.encode())
     with _subscribed(server, "late", "w") as late:
         assert _received(late) == (0x31, "w", b"kept")
-        assert _nothing(late)
+        assert nothing(late)
 
 
 def test_an_end_without_a_will_publishes_nothing_and_leaves_the_retained_message(
@@ -144,7 +143,7 @@ def test_an_end_without_a_will_publishes_nothing_and_leaves_the_retained_message
         with _connected(server, "gone") as gone:
             _published(gone, "w/state", b"kept", retain=True)
         assert _received(watcher) == (0x30, "w/state", b"kept")
-        assert _nothing(watcher)
+        assert nothing(watcher)
     with _subscribed(server, "late", "w/#") as late:
         assert _received(late) == (0x31, "w/state", b"kept")
 
@@ -185,7 +184,7 @@ def test_nothing_after_a_refused_connect_is_acted_on(server: RunningServer) -> N
     with _subscribed(server, "watcher", "after/refusal") as watcher:
         refused = _connect("", flags=0x00) + _publish("after/refusal", b"no")
         assert _answers_to(server, refused, first=True) == [(0x20, b"\x00\x02")]
-        assert _nothing(watcher)
+        assert nothing(watcher)
 
 
 def test_session_present_says_whether_a_session_was_resumed(server: RunningServer) -> None:
@@ -205,7 +204,7 @@ def test_the_same_client_id_again_closes_the_older_connection(server: RunningSer
     """3.1.1 MQTT-3.1.4-2: the server disconnects the client already connected with that
     client id (3.1.1 has no DISCONNECT from the server: a close), and the new one is served."""
     with _connected(server, "twin") as old, _connected(server, "twin") as new:
-        assert _until_closed(old) == []
+        assert until_closed(old) == []
         new.sendall(PINGREQ)
         assert read(new) == (0xD0, b"")
 
@@ -226,9 +225,9 @@ def test_a_client_silent_for_one_and_a_half_keep_alives_is_closed(tmp_path: Path
         sock.sendall(PINGREQ)
         assert read(sock) == (0xD0, b"")
         clock.advance(14.9)
-        assert _nothing(sock)  # the broker looks every 0.25 s
+        assert nothing(sock)  # the broker looks every 0.25 s
         clock.advance(0.2)
-        assert _until_closed(sock) == []
+        assert until_closed(sock) == []
 
 
 def _published(sock: socket.socket, topic: str, payload: bytes, *, retain: bool = False) -> None:
@@ -259,7 +258,7 @@ def test_retain_replaces_empty_deletes_and_retain_0_leaves_it(server: RunningSer
         ]
         with _subscribed(server, "late", "r/+") as late:
             assert _received(late) == (0x31, "r/a", b"new")
-            assert _nothing(late)
+            assert nothing(late)
 
 
 # A Topic Name is a UTF-8 string without U+0000 (3.1.1 MQTT-1.5.3-2) of at least one
@@ -278,7 +277,7 @@ def test_a_publish_to_a_topic_name_that_cannot_be_is_closed(
     subscriber to every topic gets nothing."""
     with _subscribed(server, "watcher", "#") as watcher:
         assert _answers_to(server, bad) == []
-        assert _nothing(watcher)
+        assert nothing(watcher)
 
 
 def _publish_fields(sock: socket.socket) -> tuple[int, str, int, bytes]:
@@ -316,7 +315,7 @@ def test_a_persistent_session_gets_again_what_it_did_not_acknowledge(
         assert resent == [(0x3A, topic, ident, payload) for _, topic, ident, payload in first]
         for _, _, ident, _ in resent:
             again.sendall(packet(0x40, ident.to_bytes(2, "big")))
-        assert _nothing(again)
+        assert nothing(again)
 
 
 def _unsubscribe(packet_id: int, *filters: str) -> bytes:
@@ -377,7 +376,7 @@ def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
         sock.sendall(_unsubscribe(3, "a/+"))
         assert read(sock) == (0xB0, b"\x00\x03")
         _published(pub, "a/b", b"gone")
-        assert _nothing(sock)
+        assert nothing(sock)
 
 
 def test_subscribing_again_replaces_and_sends_the_retained_message_again(
@@ -396,7 +395,7 @@ def test_subscribing_again_replaces_and_sends_the_retained_message_again(
                 sub.sendall(packet(0x40, body[5:7]))
         _published(pub, "r/t", b"once")
         assert read(sub)[0] == 0x32  # at the QoS of the last SUBSCRIBE
-        assert _nothing(sub)
+        assert nothing(sub)
 
 
 def test_a_wildcard_first_does_not_match_a_topic_starting_with_dollar(
@@ -408,7 +407,7 @@ def test_a_wildcard_first_does_not_match_a_topic_starting_with_dollar(
         assert read(sub) == (0x90, b"\x00\x01\x00\x00\x00")
         _published(pub, "$app/x", b"d")
         assert _received(sub) == (0x30, "$app/x", b"d")
-        assert _nothing(sub)
+        assert nothing(sub)
 
 
 # A fixed header's flag bits other than PUBLISH's are reserved, as §2.2.2's table lists them
@@ -444,9 +443,9 @@ def test_disconnect_discards_the_will(server: RunningServer) -> None:
             with sock:
                 sock.sendall(goodbye)
                 if goodbye:
-                    assert _until_closed(sock) == []
+                    assert until_closed(sock) == []
         assert _received(watcher) == (0x30, "w", b"published")
-        assert _nothing(watcher)
+        assert nothing(watcher)
 
 
 def _connect_with_id(encoded: bytes) -> bytes:
@@ -523,7 +522,7 @@ def test_qos_2_both_ways_survives_a_reconnect_once_and_only_once(server: Running
             sender.sendall(packet(0x62, b"\x00\x04"))
             assert read(sender) == (0x70, b"\x00\x04")
         assert _received(watcher) == (0x30, "q/1", b"two")
-        assert _nothing(watcher)
+        assert nothing(watcher)
     with _connected(server, "device", clean=False) as device:
         kind, body = read(device)
         assert (kind, body[:5], body[7:]) == (0x34, string("q/1"), b"two"), body.hex()
@@ -533,7 +532,7 @@ def test_qos_2_both_ways_survives_a_reconnect_once_and_only_once(server: Running
     with _connected(server, "device", clean=False) as device:
         assert read(device) == (0x62, packet_id)
         device.sendall(packet(0x70, packet_id))
-        assert _nothing(device)
+        assert nothing(device)
 
 
 def test_overlapping_subscriptions_get_a_copy_at_the_highest_qos(server: RunningServer) -> None:
@@ -555,7 +554,7 @@ def test_overlapping_subscriptions_get_a_copy_at_the_highest_qos(server: Running
         assert [body[:5] + body[7:] for _, body in copies[1:]] == [string("a/b") + b"x"] * 2
         assert b"\x00\x00" not in ids, ids
         assert ids[0] != ids[1], ids
-        assert _nothing(sub)
+        assert nothing(sub)
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -586,7 +585,7 @@ def test_what_an_unsubscribe_caught_in_flight_is_still_delivered(
     with _connected(server, "s", clean=False) as back:
         assert read(back) == expected
         back.sendall(packet(0x40 if qos == 1 else 0x70, packet_id))
-        assert _nothing(back)
+        assert nothing(back)
 
 
 def test_acknowledgements_and_deliveries_keep_the_order_messages_came_in(

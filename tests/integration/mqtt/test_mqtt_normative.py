@@ -12,9 +12,17 @@ import socket
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer
-from tests.integration.mqtt.raw import connect_packet, open_raw, packet, publish, read, string
-
-PINGREQ = bytes([0xC0, 0])
+from tests.integration.mqtt.raw import (
+    PINGREQ,
+    connect_packet,
+    nothing,
+    open_raw,
+    packet,
+    publish,
+    read,
+    string,
+    until_closed,
+)
 
 
 def _connected(server: RunningServer, client_id: str = "n") -> socket.socket:
@@ -23,14 +31,6 @@ def _connected(server: RunningServer, client_id: str = "n") -> socket.socket:
     kind, body = read(sock)
     assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()
     return sock
-
-
-def _until_closed(sock: socket.socket) -> list[tuple[int, bytes]]:
-    """Every packet the server sent before it closed the connection."""
-    got: list[tuple[int, bytes]] = []
-    while (answer := read(sock))[0]:
-        got.append(answer)
-    return got
 
 
 def _answers_to(
@@ -44,7 +44,7 @@ def _answers_to(
         sock = _connected(server)
     with sock:
         sock.sendall(sent)
-        return _until_closed(sock)
+        return until_closed(sock)
 
 
 # A fixed header's flag bits other than PUBLISH's are reserved and must be as §2.1.3's
@@ -151,17 +151,6 @@ def _payload(sock: socket.socket) -> bytes:
     return body[2 + int.from_bytes(body[:2], "big") + 1 :]
 
 
-def _nothing(sock: socket.socket, within: float = 0.3) -> bool:
-    """Whether no packet comes in the next `within` seconds."""
-    sock.settimeout(within)
-    try:
-        return not sock.recv(1)  # the server closing says nothing more will come either
-    except TimeoutError:
-        return True
-    finally:
-        sock.settimeout(WAIT)
-
-
 BAD_SUBSCRIPTIONS = [
     ("SUBSCRIBE without a filter", packet(0x82, b"\x00\x01\x00"), 0x82),  # MQTT-3.8.3-2
     ("UNSUBSCRIBE without a filter", packet(0xA2, b"\x00\x01\x00"), 0x82),  # MQTT-3.10.3-2
@@ -203,7 +192,7 @@ def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
             assert read(witness)[0] == 0x90
             sender.sendall(publish("a/b", b"gone"))
             assert _payload(witness) == b"gone"  # the server has routed it
-        assert _nothing(sock)
+        assert nothing(sock)
 
 
 def test_topic_matching_neither_normalizes_nor_folds_case(server: RunningServer) -> None:
@@ -218,7 +207,7 @@ def test_topic_matching_neither_normalizes_nor_folds_case(server: RunningServer)
         # Order across topics is not MQTT's to keep (MQTT-4.6.0-5 keeps it per topic).
         got = sorted(_payload(sock) for _ in range(3))
         assert got == sorted([composed.encode(), b"A", b"z"])
-        assert _nothing(sock)
+        assert nothing(sock)
 
 
 def _connect_v5(
@@ -486,7 +475,7 @@ def test_the_servers_disconnect_carries_no_session_expiry_interval(
         second, present = open_raw(server, "taken")
         second.close()
         assert present
-        [(kind, body)] = _until_closed(first)
+        [(kind, body)] = until_closed(first)
         assert (kind, body[:1]) == (0xE0, b"\x8e"), body.hex()
         assert len(body) == 1 or 0x11 not in dict(_properties(body[1:])), body.hex()
 
@@ -516,7 +505,7 @@ def test_retain_flag_replaces_and_an_empty_retained_message_deletes(
         with _connected(server, "later") as later:
             later.sendall(_subscribe(1, ("r", 0)))
             assert read(later) == (0x90, b"\x00\x01\x00\x00")
-            assert _nothing(later)
+            assert nothing(later)
 
 
 def test_wildcards_must_take_whole_levels_and_hash_the_last(server: RunningServer) -> None:
@@ -591,7 +580,7 @@ def test_a_refusing_ack_settles_the_message_for_good(server: RunningServer, qos:
     again, present = open_raw(server, "refuser")
     with again:
         assert present
-        assert _nothing(again)
+        assert nothing(again)
 
 
 def test_a_share_members_refusal_is_not_sent_to_another_member(server: RunningServer) -> None:
@@ -612,7 +601,7 @@ def test_a_share_members_refusal_is_not_sent_to_another_member(server: RunningSe
         kind, body = read(chosen)
         assert kind == 0x32, hex(kind)
         chosen.sendall(packet(0x40, body[3:5] + b"\x80"))
-        assert _nothing(other, within=0.5)
+        assert nothing(other, within=0.5)
 
 
 NOT_UTF8 = b"\x00\x02\xc3\x28"  # a UTF-8 Encoded String whose second byte ends it early
@@ -732,7 +721,7 @@ def test_a_will_is_published_retained_as_its_will_retain_says(
         if retain:
             assert read(late) == (0x31, string("will/t") + b"\x00x")
         else:
-            assert _nothing(late)
+            assert nothing(late)
 
 
 def test_overlapping_subscriptions_get_the_highest_qos_and_their_identifiers(
@@ -785,7 +774,7 @@ def test_a_topic_alias_does_not_outlive_its_connection(server: RunningServer) ->
     with second:
         assert present
         second.sendall(packet(0x30, string("") + alias + b"carried"))
-        assert _until_closed(second) == [(0xE0, b"\x82")]
+        assert until_closed(second) == [(0xE0, b"\x82")]
 
 
 @pytest.mark.parametrize(
@@ -815,7 +804,7 @@ def test_an_authentication_method_it_does_not_support_is_refused(server: Running
     )
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
         sock.sendall(connect)
-        [(kind, body)] = _until_closed(sock)
+        [(kind, body)] = until_closed(sock)
         assert (kind, body[:2]) == (0x20, b"\x00\x8c"), body.hex()
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from tests.integration.mqtt.clients import paho, start_server
 from tests.integration.mqtt.raw import (
+    PINGREQ,
     open_raw,
     packet,
     publish_qos2,
@@ -22,7 +23,7 @@ from tests.integration.mqtt.raw import (
     take_publishes,
 )
 
-PINGREQ, PINGRESP = bytes([0xC0, 0]), 0xD0
+PINGRESP = 0xD0
 
 
 def retained(topic: str, payload: bytes, *, qos: int, packet_id: int | None = None) -> bytes:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
 from tests.integration.mqtt.raw import (
+    PINGREQ,
     connect_packet,
     open_raw,
     packet,
@@ -27,8 +28,6 @@ from tests.integration.mqtt.raw import (
     string,
     take_publishes,
 )
-
-PINGREQ = bytes([0xC0, 0])
 
 
 def _open(server: RunningServer, client_id: str, v5: bool) -> socket.socket:
