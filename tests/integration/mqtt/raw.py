@@ -12,6 +12,7 @@ from tests.integration.mqtt.clients import WAIT, RunningServer
 __all__ = [
     "PINGREQ",
     "Received",
+    "answers_to",
     "connect_packet",
     "nothing",
     "open_raw",
@@ -151,6 +152,14 @@ def until_closed(sock: socket.socket) -> list[tuple[int, bytes]]:
     while (answer := read(sock))[0]:
         got.append(answer)
     return got
+
+
+def answers_to(sock: socket.socket, sent: bytes) -> list[tuple[int, bytes]]:
+    """Every packet the server sent on `sock` for `sent` before it closed the connection;
+    `sock` is closed after."""
+    with sock:
+        sock.sendall(sent)
+        return until_closed(sock)
 
 
 def nothing(sock: socket.socket, within: float = 0.3) -> bool:

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, start_server
-from tests.integration.mqtt.raw import PINGREQ, nothing, packet, read, string, until_closed
+from tests.integration.mqtt.raw import (
+    PINGREQ,
+    answers_to,
+    nothing,
+    packet,
+    read,
+    string,
+    until_closed,
+)
 
 from boxmq.clock import ManualClock
 
@@ -47,12 +55,8 @@ def _answers_to(
     """Every packet the server sent for `sent` before it closed the connection: `sent` after
     a 3.1.1 CONNECT it accepted, or as the connection's first packet (`first`)."""
     if first:
-        sock = socket.create_connection((server.host, server.port), timeout=WAIT)
-    else:
-        sock = _connected(server)
-    with sock:
-        sock.sendall(sent)
-        return until_closed(sock)
+        return answers_to(socket.create_connection((server.host, server.port), timeout=WAIT), sent)
+    return answers_to(_connected(server), sent)
 
 
 def _publish(

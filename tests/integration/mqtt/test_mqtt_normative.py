@@ -14,6 +14,7 @@ import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer
 from tests.integration.mqtt.raw import (
     PINGREQ,
+    answers_to,
     connect_packet,
     nothing,
     open_raw,
@@ -39,12 +40,8 @@ def _answers_to(
     """Every packet the server sent for `sent` before it closed a new connection: `sent`
     after a CONNECT it accepted, or as the connection's first packet (`first`)."""
     if first:
-        sock = socket.create_connection((server.host, server.port), timeout=WAIT)
-    else:
-        sock = _connected(server)
-    with sock:
-        sock.sendall(sent)
-        return until_closed(sock)
+        return answers_to(socket.create_connection((server.host, server.port), timeout=WAIT), sent)
+    return answers_to(_connected(server), sent)
 
 
 # A fixed header's flag bits other than PUBLISH's are reserved and must be as §2.1.3's
@@ -802,10 +799,8 @@ def test_an_authentication_method_it_does_not_support_is_refused(server: Running
     connect = packet(
         0x10, string("MQTT") + bytes([5, 2, 0, 30, len(method)]) + method + string("a")
     )
-    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
-        sock.sendall(connect)
-        [(kind, body)] = until_closed(sock)
-        assert (kind, body[:2]) == (0x20, b"\x00\x8c"), body.hex()
+    [(kind, body)] = _answers_to(server, connect, first=True)
+    assert (kind, body[:2]) == (0x20, b"\x00\x8c"), body.hex()
 
 
 BAD_PUBLISHES = [
