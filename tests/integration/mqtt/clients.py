@@ -206,6 +206,16 @@ def recorded_away(root: Path, client_id: str) -> None:
         time.sleep(0.02)
 
 
+def recorded_will_sent(root: Path, client_id: str) -> None:
+    """Wait until the session record of `client_id`, if it still has one, no longer holds a
+    Will: the broker drops it once the Will was sent and written, so a next start does not
+    send it again."""
+    deadline = time.monotonic() + WAIT
+    while (record := read_record(str(root), client_id)) is not None and record.will is not None:
+        assert time.monotonic() < deadline, f"{client_id}: its record still holds its Will"
+        time.sleep(0.02)
+
+
 def serve_fresh(
     folder: Path, *flags: str, program: tuple[str, ...] = ("-m", "boxmq.cli")
 ) -> tuple[RunningServer, subprocess.Popen[bytes]]:

@@ -27,6 +27,7 @@ from tests.integration.mqtt.clients import (
     drop,
     paho,
     recorded_away,
+    recorded_will_sent,
     serve_fresh,
     serve_process,
     start_server,
@@ -303,10 +304,7 @@ def test_a_will_the_disk_refuses_stays_in_its_session_record_and_a_restart_sends
         keeper = paho(second, "keeper", clean=False, expiry=300)
         will = keeper.next(timeout=WAIT)
         assert (will.topic, will.payload) == ("will/dying", payload)
-        deadline = time.monotonic() + WAIT
-        while (record := read_record(str(root), "dying")) is not None and record.will:
-            assert time.monotonic() < deadline, "the record still holds the Will sent"
-            time.sleep(0.05)
+        recorded_will_sent(root, "dying")
         keeper.stop()
 
 

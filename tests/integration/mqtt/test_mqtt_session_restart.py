@@ -26,6 +26,7 @@ from tests.integration.mqtt.clients import (
     paho,
     paho_properties,
     recorded_away,
+    recorded_will_sent,
     serve_process,
     start_server,
     stop_process,
@@ -311,10 +312,7 @@ def test_a_will_whose_sent_record_the_disk_refused_is_not_sent_again_by_a_restar
         assert record.will is not None  # the disk is still full
         assert watcher.nothing(2.5)  # never twice in one run
         monkeypatch.undo()  # space is back
-        deadline = time.monotonic() + WAIT
-        while (record := read_record(str(root), "killed")) is not None and record.will:
-            assert time.monotonic() < deadline, "the record still holds the Will"
-            time.sleep(0.1)
+        recorded_will_sent(root, "killed")
     with start_server(root) as third:
         assert _watcher(third).nothing(2.5)
 
@@ -363,10 +361,7 @@ def _will_leaves_its_record_only_once_written(
         target = _keeper_away(server)
         drop(_dying(server, "dying", delay))
         _record_keeps_the_will_until_it_reaches(server, target)
-        deadline = time.monotonic() + WAIT
-        while (record := read_record(str(server.root), "dying")) is not None and record.will:
-            assert time.monotonic() < deadline, "the record still holds the Will sent"
-            time.sleep(0.01)
+        recorded_will_sent(server.root, "dying")
 
 
 def test_a_delayed_will_leaves_its_record_only_once_its_durable_copy_is_written(

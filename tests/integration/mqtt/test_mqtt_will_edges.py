@@ -19,6 +19,7 @@ from tests.integration.mqtt.clients import (
     paho,
     paho_properties,
     recorded_away,
+    recorded_will_sent,
     serve_fresh,
     serve_process,
     start_server,
@@ -193,15 +194,6 @@ def test_a_311_clients_will_goes_out_when_its_keep_alive_runs_out(server: Runnin
 # -- a `boxmq serve` stopped or killed while a Will waits ------------------------------------------
 
 
-def _until_sent(root: Path, client_id: str) -> None:
-    """Wait until the session record of `client_id` no longer holds a Will: the server drops
-    it once the Will was sent and written, so a next start does not send it again."""
-    deadline = time.monotonic() + WAIT
-    while (record := read_record(str(root), client_id)) is not None and record.will is not None:
-        assert time.monotonic() < deadline, f"{client_id}: its record still holds its Will"
-        time.sleep(0.02)
-
-
 def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_after_it(
     tmp_path: Path,
 ) -> None:
@@ -234,7 +226,7 @@ def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_
         assert (will.topic, will.payload) == ("wills/held", b"gone")
         assert time.time() >= record.will_due - 0.1  # not before its delay
         assert back.nothing(0.5)  # once
-        _until_sent(address.root, "held")  # a next start sends nothing
+        recorded_will_sent(address.root, "held")  # a next start sends nothing
     finally:
         stop_process(process)
 
