@@ -33,6 +33,20 @@ from boxmq.mqtt.session_record import read_record
 from boxmq.mqtt.settings import Limits, MqttSettings
 
 
+def _left_with_will(server: RunningServer, client_id: str, *, expiry: int, will_delay: int) -> None:
+    """`client_id` connected over a raw socket with a delayed Will ("gone" to wills/<client_id>)
+    and closed it without a DISCONNECT, and the server recorded it away."""
+    sock, _ = open_raw(
+        server,
+        client_id,
+        expiry=expiry,
+        will=(f"wills/{client_id}", b"gone"),
+        will_delay=will_delay,
+    )
+    sock.close()  # no DISCONNECT: the Will waits for the delay or the session's end
+    recorded_away(server.root, client_id)
+
+
 def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_ends(
     tmp_path: Path,
 ) -> None:
@@ -44,9 +58,7 @@ def test_a_will_delay_longer_than_the_session_sends_the_will_when_the_session_en
     with start_server(tmp_path / "root", clock=clock) as server:
         watcher = paho(server, "watcher")
         watcher.subscribe("wills/#", 1)
-        sock, _ = open_raw(server, "short", expiry=10, will=("wills/short", b"gone"), will_delay=30)
-        sock.close()  # no DISCONNECT: the Will waits for the delay or the session's end
-        recorded_away(server.root, "short")
+        _left_with_will(server, "short", expiry=10, will_delay=30)
         clock.advance(9)
         assert watcher.nothing(0.5)  # the session's last second runs (two ticks)
         clock.advance(2)
@@ -194,6 +206,14 @@ def test_a_311_clients_will_goes_out_when_its_keep_alive_runs_out(server: Runnin
 # -- a `boxmq serve` stopped or killed while a Will waits ------------------------------------------
 
 
+def _watcher_away(address: RunningServer) -> None:
+    """A durable subscriber to wills/#, left away without a DISCONNECT, for `paho(address,
+    "watcher", clean=False, expiry=60)` to take up after a restart."""
+    watcher = paho(address, "watcher", clean=False, expiry=60)
+    watcher.subscribe("wills/#", 1)
+    watcher.client.loop_stop()
+
+
 def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_after_it(
     tmp_path: Path,
 ) -> None:
@@ -204,9 +224,7 @@ def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_
     session, went out at the stop: that subscriber is sent it first."""
     address, process = serve_fresh(tmp_path)
     try:
-        watcher = paho(address, "watcher", clean=False, expiry=60)
-        watcher.subscribe("wills/#", 1)
-        watcher.client.loop_stop()  # away at the restart: its durable subscription keeps it
+        _watcher_away(address)  # away at the restart: its durable subscription keeps it
         paho(address, "held", clean=False, expiry=60, will=("wills/held", b"gone", 1),
              will_delay=2).client.loop_stop()  # fmt: skip
         paho(address, "brief", will=("wills/brief", b"bye", 1)).client.loop_stop()
@@ -240,12 +258,8 @@ def test_a_will_delay_longer_than_the_session_still_ends_with_it_across_a_sigkil
     gone with it."""
     address, process = serve_fresh(tmp_path)
     try:
-        watcher = paho(address, "watcher", clean=False, expiry=60)
-        watcher.subscribe("wills/#", 1)
-        watcher.client.loop_stop()
-        sock, _ = open_raw(address, "short", expiry=2, will=("wills/short", b"gone"), will_delay=30)
-        sock.close()
-        recorded_away(address.root, "short")
+        _watcher_away(address)
+        _left_with_will(address, "short", expiry=2, will_delay=30)
         record = read_record(str(address.root), "short")
         assert record is not None
         assert record.disconnected_at is not None
@@ -368,12 +382,8 @@ def test_a_delayed_will_the_acl_refuses_after_a_restart_is_not_sent(tmp_path: Pa
     config.write_text('[security]\nacl_file = "acl"\n')
     address, process = serve_fresh(tmp_path, "--config", str(config))
     try:
-        watcher = paho(address, "watcher", clean=False, expiry=60)
-        watcher.subscribe("wills/#", 1)
-        watcher.client.loop_stop()
-        sock, _ = open_raw(address, "dev", expiry=60, will=("wills/dev", b"gone"), will_delay=1)
-        sock.close()
-        recorded_away(address.root, "dev")
+        _watcher_away(address)
+        _left_with_will(address, "dev", expiry=60, will_delay=1)
         stop_process(process)
         acl.write_text("pattern read #\n")  # dev may no longer write its Will's topic
         process = serve_process(address.root, address.port, "--config", str(config))
@@ -393,9 +403,7 @@ def test_a_clean_start_after_a_restart_sends_the_delayed_will_the_restart_took_o
     session, so the Will goes out at once (§3.1.3.2.2), and once, not 30 s later."""
     root = tmp_path / "root"
     with start_server(root) as first:
-        sock, _ = open_raw(first, "back", expiry=60, will=("wills/back", b"gone"), will_delay=30)
-        sock.close()
-        recorded_away(root, "back")
+        _left_with_will(first, "back", expiry=60, will_delay=30)
     with start_server(root) as second:
         watcher = paho(second, "watcher")
         watcher.subscribe("wills/#", 1)
