@@ -4,10 +4,12 @@ real-client test checks, one test each, with paho-mqtt 5.0 and 3.1.1 clients."""
 from __future__ import annotations
 
 import queue
+import socket
 import time
 from typing import Any
 
 import pytest
+from tests.integration.mqtt import raw
 from tests.integration.mqtt.clients import Paho, Received, RunningServer, drop, paho
 from tests.integration.mqtt.raw import (
     open_raw,
@@ -306,21 +308,31 @@ def test_a_negative_acknowledgement_is_never_sent_to_another_member(
         refuser.close()
 
 
+def _one_each(
+    server: RunningServer, client_id: str, *, clean: bool, expiry: int
+) -> tuple[socket.socket, raw.Received, Paho]:
+    """A raw v5 member `client_id` and a paho member "other" in group g on exact/#, and "0"
+    and "1" published to exact/x at QoS 2, one to each in turn: the raw member's socket, the
+    PUBLISH it was sent (not answered), and the paho member."""
+    member, _ = open_raw(server, client_id, clean=clean, expiry=expiry)
+    member.sendall(subscribe(1, "$share/g/exact/#", 2))
+    assert read(member)[0] == 0x90
+    other = paho(server, "other")
+    other.subscribe("$share/g/exact/#", 2)
+    pub = paho(server, "pub")
+    for i in range(2):  # one each, in turn
+        pub.publish("exact/x", f"{i}".encode(), 2)
+    [sent] = take_publishes(member, 1)
+    return member, sent, other
+
+
 def test_a_qos2_message_whose_member_breaks_off_is_completed_with_it_when_it_returns(
     server: RunningServer,
 ) -> None:
     """MQTT-234 note 3: a member whose connection breaks while it is sent a QoS 2 message
     MUST get it when it reconnects (MQTT 5.0 §4.3.3), its session having lived on; the other
     member is never sent it."""
-    away, _ = open_raw(server, "away", expiry=3600)
-    away.sendall(subscribe(1, "$share/g/exact/#", 2))
-    assert read(away)[0] == 0x90
-    other = paho(server, "other")
-    other.subscribe("$share/g/exact/#", 2)
-    pub = paho(server, "pub")
-    for i in range(2):  # one each, in turn
-        pub.publish("exact/x", f"{i}".encode(), 2)
-    [kept] = take_publishes(away, 1)  # no PUBREC
+    away, kept, other = _one_each(server, "away", clean=False, expiry=3600)  # no PUBREC
     away.close()
     [given] = _drain(other, within=1.0)
     assert given != kept.payload
@@ -342,15 +354,7 @@ def test_a_qos2_message_whose_member_session_ends_before_pubrec_goes_to_another(
 ) -> None:
     """MQTT-234 note 3: if the member's session ends before it reconnects the server MAY send
     the message to another member; boxmq does (decided, docs/mqtt.md)."""
-    gone, _ = open_raw(server, "gone", clean=True, expiry=0)
-    gone.sendall(subscribe(1, "$share/g/exact/#", 2))
-    assert read(gone)[0] == 0x90
-    other = paho(server, "other")
-    other.subscribe("$share/g/exact/#", 2)
-    pub = paho(server, "pub")
-    for i in range(2):
-        pub.publish("exact/x", f"{i}".encode(), 2)
-    [taken] = take_publishes(gone, 1)  # no PUBREC
+    gone, taken, other = _one_each(server, "gone", clean=True, expiry=0)  # no PUBREC
     gone.close()  # Session Expiry 0: the session ends with the connection
     assert sorted(_drain(other, within=1.0)) == [b"0", b"1"]
     assert taken.payload in (b"0", b"1")
@@ -483,15 +487,7 @@ def test_a_qos2_message_a_member_acknowledged_with_pubrec_is_not_sent_again_when
     """MQTT-234 note 3: a member's session ending MAY send the QoS 2 message it was being sent
     to another member; once it answered PUBREC the message is its own (MQTT 5.0 §4.3.3), so
     its session ending before the PUBCOMP sends it to no other member: that would make two."""
-    gone, _ = open_raw(server, "gone", clean=True, expiry=0)
-    gone.sendall(subscribe(1, "$share/g/exact/#", 2))
-    assert read(gone)[0] == 0x90
-    other = paho(server, "other")
-    other.subscribe("$share/g/exact/#", 2)
-    pub = paho(server, "pub")
-    for i in range(2):  # one each, in turn
-        pub.publish("exact/x", f"{i}".encode(), 2)
-    [received] = take_publishes(gone, 1)
+    gone, received, other = _one_each(server, "gone", clean=True, expiry=0)
     gone.sendall(pubrec(received.packet_id))
     assert read(gone) == (0x62, received.packet_id.to_bytes(2, "big"))  # PUBREL, no PUBCOMP
     gone.close()  # Session Expiry 0: the session ends with the connection
