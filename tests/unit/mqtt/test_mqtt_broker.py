@@ -174,9 +174,11 @@ def _connect(broker: Broker, client_id: str, *, expiry: int = 0, clean: bool = T
     return peer
 
 
-def _subscriber(broker: Broker, client_id: str, topic_filter: str, qos: int) -> Peer:
-    """A connected client subscribed to one filter, its SUBACK taken."""
-    peer = _connect(broker, client_id)
+def _subscriber(
+    broker: Broker, client_id: str, topic_filter: str, qos: int, *, expiry: int = 0
+) -> Peer:
+    """A connected client subscribed to one filter, its SUBACK taken; `expiry`: as `_connect`."""
+    peer = _connect(broker, client_id, expiry=expiry)
     peer.send(Subscribe(1, (Subscription(topic_filter, qos),)))
     peer.take()
     return peer
@@ -366,9 +368,7 @@ def test_qos2_in_memory_is_routed_once_at_pubrel(tmp_path: Path) -> None:
 
 def test_persistent_session_messages_wait_in_its_dropbox(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        away = _connect(broker, "away", expiry=600)
-        away.send(Subscribe(1, (Subscription("jobs/#", 1),)))
-        away.take()
+        away = _subscriber(broker, "away", "jobs/#", 1, expiry=600)
         away.send(Disconnect())
         pub = _connect(broker, "pub")
         pub.send(Publish("jobs/1", b"work", 1, packet_id=1))
@@ -787,9 +787,7 @@ def test_subscribing_again_does_not_interrupt_a_message_in_flight(tmp_path: Path
     by its packet id, and the client's acknowledgement settles it (no second copy)."""
 
     async def test(broker: Broker) -> None:
-        sub = _connect(broker, "sub", expiry=600)
-        sub.send(Subscribe(1, (Subscription("rs/#", qos),)))
-        sub.take()
+        sub = _subscriber(broker, "sub", "rs/#", qos, expiry=600)
         await _publish(broker, "rs/a", b"once", qos)
         await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
         [first] = sub.take()
@@ -1303,9 +1301,7 @@ def test_a_session_away_ends_when_the_brokers_clock_passes_its_expiry(tmp_path: 
     clock = ManualClock(time.time())
 
     async def test(broker: Broker) -> None:
-        away = _connect(broker, "away", expiry=60)
-        away.send(Subscribe(1, (Subscription("news/#", 1),)))
-        away.take()
+        away = _subscriber(broker, "away", "news/#", 1, expiry=60)
         away.close()
         clock.advance(59)
         broker.tick(clock.now())
@@ -1422,9 +1418,7 @@ def test_a_will_due_while_the_server_stops_goes_at_the_next_start(tmp_path: Path
     clock = ManualClock(time.time())
 
     async def first(broker: Broker) -> None:
-        watcher = _connect(broker, "watcher", expiry=600)
-        watcher.send(Subscribe(1, (Subscription("will/#", 1),)))
-        watcher.take()
+        watcher = _subscriber(broker, "watcher", "will/#", 1, expiry=600)
         watcher.close()  # away: its durable subscription keeps what comes
         _left_with_a_will(broker, "dev", delay=30, expiry=600)
         clock.advance(31)  # due, and the server stops before its next tick
@@ -1466,9 +1460,7 @@ def test_a_session_kept_here_and_taken_on_by_another_server_is_let_go_at_its_exp
     clock = ManualClock(time.time())
 
     async def test(broker: Broker) -> None:
-        roamer = _connect(broker, "roamer", expiry=1)
-        roamer.send(Subscribe(1, (Subscription("news/#", 1),)))
-        roamer.take()
+        roamer = _subscriber(broker, "roamer", "news/#", 1, expiry=1)
         roamer.close()
         _taken_on_elsewhere(tmp_path / "root", "roamer")
         clock.advance(2)
@@ -3155,9 +3147,7 @@ def test_a_record_the_restart_cannot_rewrite_does_not_hold_back_a_delayed_will(
     clock = ManualClock(time.time())
 
     async def then(broker: Broker) -> None:
-        watcher = _connect(broker, "watcher")
-        watcher.send(Subscribe(1, (Subscription("status/#", 0),)))
-        watcher.take()
+        watcher = _subscriber(broker, "watcher", "status/#", 0)
         clock.advance(1.5)  # past its delay (1 s), counted from the restart
         broker.tick(clock.now())
         await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
@@ -3927,9 +3917,7 @@ def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
     settings = MqttSettings(limits=Limits(max_session_expiry=month))
 
     async def test(broker: Broker) -> None:
-        holder = _connect(broker, "holder", expiry=month)
-        holder.send(Subscribe(1, (Subscription("hold/#", 2),)))
-        holder.take()
+        holder = _subscriber(broker, "holder", "hold/#", 2, expiry=month)
         _connect(broker, "pub").send(Publish("hold/x", b"kept", 1, packet_id=1))
         await _until(lambda: any(isinstance(p, Publish) for p in holder.inbox))
         [sent] = [p for p in holder.take() if isinstance(p, Publish)]  # never answered
