@@ -534,6 +534,13 @@ def boxmq_cli(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def boxmq_cli_ok(root: Path, *args: str) -> str:
+    """`boxmq_cli`, which must succeed: its standard output."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def publish_each(served: RunningServer, topic: str, payloads: list[bytes]) -> None:
     """Each payload at QoS 1 from a client of its own ("sender"), which then leaves."""
     sender = paho(served, "sender")

@@ -19,6 +19,7 @@ from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
     boxmq_cli,
+    boxmq_cli_ok,
     mosquitto_tools,
     paho,
     persistent_paho,
@@ -40,8 +41,7 @@ def served(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
 
 def _keep(root: Path, filter: str, name: str) -> None:
     """`boxmq subscribe FILTER --name NAME --keep`, as a user keeps a subscription."""
-    done = boxmq_cli(root, "subscribe", filter, "--name", name, "--keep", "--idle", "0")
-    assert done.returncode == 0, done.stderr
+    boxmq_cli_ok(root, "subscribe", filter, "--name", name, "--keep", "--idle", "0")
 
 
 def _said(log: Path, words: str) -> bool:
@@ -140,8 +140,7 @@ def test_a_session_away_is_not_given_a_cli_subscription_at_its_return(
         back.stop()
     recorded_away(root, "laptop")
     assert _read_all(root, "cli/#", "laptop") == ["c1"]
-    done = boxmq_cli(root, "unsubscribe", "cli/#", "--name", "laptop")
-    assert done.returncode == 0, done.stderr
+    boxmq_cli_ok(root, "unsubscribe", "cli/#", "--name", "laptop")
     assert subscriptions_on_disk(root) == {("own/#", None, "laptop")}
 
 

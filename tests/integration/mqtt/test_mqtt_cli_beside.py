@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.mqtt.clients import boxmq_cli, paho, persistent_paho, serving_fresh
-
-
-def _ok(root: Path, *args: str) -> str:
-    done = boxmq_cli(root, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+from tests.integration.mqtt.clients import (
+    boxmq_cli,
+    boxmq_cli_ok,
+    paho,
+    persistent_paho,
+    serving_fresh,
+)
 
 
 def test_delete_of_an_mqtt_session_s_filter_does_not_offer_the_unsubscribe_it_refuses(
@@ -28,7 +28,7 @@ def test_delete_of_an_mqtt_session_s_filter_does_not_offer_the_unsubscribe_it_re
         try:
             client.subscribe("a/#", 1)
             member.subscribe("$share/g/a/#", 1)
-            _ok(root, "subscribe", "a/#", "--name", "kept", "--keep", "--idle", "0")
+            boxmq_cli_ok(root, "subscribe", "a/#", "--name", "kept", "--keep", "--idle", "0")
             for name, session in (("a/#", "p1"), ("$share/g/a/#", "m1")):
                 refused = boxmq_cli(root, "delete", name)
                 assert refused.returncode == 1, refused
@@ -57,8 +57,10 @@ def test_a_client_id_given_as_subscriber_is_told_its_name_on_disk(tmp_path: Path
             for client in clients:
                 client.subscribe("a/#", 1)
                 client.stop()  # away: what comes waits in its subscription's target/
-            waiting = _ok(root, "publish", "a/1", "waiting").strip()
-            session_ids = [line.split()[0] for line in _ok(root, "session", "ls").splitlines()[1:]]
+            waiting = boxmq_cli_ok(root, "publish", "a/1", "waiting").strip()
+            session_ids = [
+                line.split()[0] for line in boxmq_cli_ok(root, "session", "ls").splitlines()[1:]
+            ]
             assert sorted(session_ids) == sorted(["site/7", long_id])
             for client_id in session_ids:
                 refused = boxmq_cli(root, "peek", "a/#", "--subscriber", client_id)
@@ -69,7 +71,7 @@ def test_a_client_id_given_as_subscriber_is_told_its_name_on_disk(tmp_path: Path
                     f"; {client_id!r} is the id of an MQTT client, whose subscriptions go by "
                     f"{on_disk!r} on disk (`boxmq ls`): give `--subscriber {on_disk}`"
                 ), line
-                assert waiting in _ok(root, "peek", "a/#", "--subscriber", on_disk)
+                assert waiting in boxmq_cli_ok(root, "peek", "a/#", "--subscriber", on_disk)
         finally:
             for client in clients:
                 client.stop()
@@ -90,7 +92,9 @@ def test_unsubscribe_refuses_a_connected_non_persistent_client_s_membership(
         try:
             np.subscribe("$share/h/r/#", 1)
             np.subscribe("a/#", 1)
-            _ok(root, "subscribe", "$share/h/r/#", "--name", "kept", "--keep", "--idle", "0")
+            boxmq_cli_ok(
+                root, "subscribe", "$share/h/r/#", "--name", "kept", "--keep", "--idle", "0"
+            )
             refused = boxmq_cli(root, "unsubscribe", "$share/h/r/#", "--name", "np")
             assert refused.returncode == 1, refused
             [line] = refused.stderr.splitlines()
@@ -106,9 +110,9 @@ def test_unsubscribe_refuses_a_connected_non_persistent_client_s_membership(
                 "MQTT client np, connected with a session that is not persistent, ends when it "
                 "unsubscribes (UNSUBSCRIBE) or disconnects" in line
             ), line
-            _ok(root, "unsubscribe", "$share/h/r/#", "--name", "kept")
-            assert "np" in _ok(root, "ls")
-            _ok(root, "publish", "r/1", "to-np")
+            boxmq_cli_ok(root, "unsubscribe", "$share/h/r/#", "--name", "kept")
+            assert "np" in boxmq_cli_ok(root, "ls")
+            boxmq_cli_ok(root, "publish", "r/1", "to-np")
             assert np.next().payload == b"to-np"
             refused = boxmq_cli(root, "unsubscribe", "a/#", "--name", "np")
             assert refused.returncode == 1, refused

@@ -20,6 +20,7 @@ from tests.integration.mqtt.clients import (
     RunningServer,
     Served,
     boxmq_cli,
+    boxmq_cli_ok,
     publish_each,
     recorded_away,
     serve_fresh,
@@ -37,21 +38,15 @@ from tests.integration.mqtt.raw import (
 GROUP = "$share/workers/jobs/#"
 
 
-def _ok(root: Path, *args: str) -> str:
-    done = boxmq_cli(root, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 def _got(root: Path, *args: str) -> dict[str, object]:
-    got: dict[str, object] = json.loads(_ok(root, "--json", "get", *args))
+    got: dict[str, object] = json.loads(boxmq_cli_ok(root, "--json", "get", *args))
     return got
 
 
 def _ready(root: Path, count: int) -> None:
     """Wait until the group holds `count` ready messages (its server wrote them)."""
     deadline = time.monotonic() + 30
-    while len(json.loads(_ok(root, "--json", "peek", GROUP))) != count:
+    while len(json.loads(boxmq_cli_ok(root, "--json", "peek", GROUP))) != count:
         assert time.monotonic() < deadline, f"not {count} ready in {GROUP}"
         time.sleep(0.05)
 
@@ -78,8 +73,11 @@ def test_get_is_one_more_consumer_of_a_share_group_whose_members_are_live(
         timed_out = _got(root, GROUP, "--lock", "1s")
         assert [m["body"] for m in (unlocked, acked, timed_out)] == ["b", "c", "d"]
         assert unlocked["topic"] == "jobs/1"
-        assert _ok(root, "ack", GROUP, str(acked["id"])) == f"ack: {acked['id']}\n"
-        assert _ok(root, "unlock", GROUP, str(unlocked["id"])) == f"unlock: {unlocked['id']}\n"
+        assert boxmq_cli_ok(root, "ack", GROUP, str(acked["id"])) == f"ack: {acked['id']}\n"
+        assert (
+            boxmq_cli_ok(root, "unlock", GROUP, str(unlocked["id"]))
+            == f"unlock: {unlocked['id']}\n"
+        )
         assert publishes(member, within=0.5) == []  # its window is full: nothing sent beside
         member.sendall(puback(held.packet_id))
         # The one unlocked at once, the other once its lock ended (the server's sweep): each
@@ -91,7 +89,7 @@ def test_get_is_one_more_consumer_of_a_share_group_whose_members_are_live(
             member.sendall(puback(each.packet_id))
         assert sorted(came) == [b"b", b"d"]
         assert publishes(member, within=1.5) == []
-        [row] = json.loads(_ok(root, "--json", "ls"))["subscriptions"]
+        [row] = json.loads(boxmq_cli_ok(root, "--json", "ls"))["subscriptions"]
         assert (row["ready"], row["locked"]) == (0, 0)
     finally:
         member.close()
@@ -127,7 +125,7 @@ def test_get_on_an_mqtt_session_s_subscription_waits_for_its_server_to_be_gone(
         process.wait(timeout=30)
         got = _got(root, *named)
         assert (got["body"], got["subscriber"], got["topic"]) == ("job", "keeper", "jobs/1")
-        assert _ok(root, "ack", *named, str(got["id"])) == f"ack: {got['id']}\n"
+        assert boxmq_cli_ok(root, "ack", *named, str(got["id"])) == f"ack: {got['id']}\n"
         # Its client comes back, to the server still running: its session is there, and
         # the message taken by hand is not sent to it.
         keeper, present = open_raw(second, "keeper", expiry=3600)
@@ -146,8 +144,8 @@ def test_an_mqtt_client_joining_under_get_s_consumer_name_is_not_sent_what_get_h
     while get's user held it, and `boxmq ack` then refused, that client's server running."""
     served, process = serve_fresh(tmp_path)
     root = served.root
-    _ok(root, "subscribe", GROUP, "--name", "w1", "--keep", "--idle", "0")
-    message_id = _ok(root, "publish", "jobs/1", "held").strip()
+    boxmq_cli_ok(root, "subscribe", GROUP, "--name", "w1", "--keep", "--idle", "0")
+    message_id = boxmq_cli_ok(root, "publish", "jobs/1", "held").strip()
     got = _got(root, GROUP, "--lock", "30s")
     assert (got["id"], got["locked-by"]) == (message_id, "cli")
     client, _ = open_raw(served, "cli", expiry=3600)
@@ -155,7 +153,7 @@ def test_an_mqtt_client_joining_under_get_s_consumer_name_is_not_sent_what_get_h
         client.sendall(subscribe(1, GROUP, 1))
         assert read(client)[0] == 0x90
         assert publishes(client, within=1.0) == []
-        assert _ok(root, "ack", GROUP, message_id) == f"ack: {message_id}\n"
+        assert boxmq_cli_ok(root, "ack", GROUP, message_id) == f"ack: {message_id}\n"
         publish_each(served, "jobs/2", [b"next"])  # and it is a member as any other
         [sent] = take_publishes(client, 1)
         assert sent.payload == b"next"
@@ -197,7 +195,9 @@ def test_a_get_killed_at_any_moment_leaves_its_message_to_the_live_member_once(
             time.sleep(rng.uniform(0.1, 0.8) if attempt < 6 else rng.uniform(0.8, 2.0))
             get.send_signal(signal.SIGKILL)
             finished += get.wait(timeout=10) == 0
-            locked = json.loads(_ok(root, "--json", "peek", GROUP, "--state", "processing"))
+            locked = json.loads(
+                boxmq_cli_ok(root, "--json", "peek", GROUP, "--state", "processing")
+            )
             claimed = max(claimed, len(locked))
             if attempt >= 5 and finished + claimed > 1:
                 break
@@ -211,7 +211,9 @@ def test_a_get_killed_at_any_moment_leaves_its_message_to_the_live_member_once(
                 member.sendall(puback(message.packet_id))
         assert sorted(got) == payloads  # each once: none lost to a killed get, none twice
         assert publishes(member, within=1.5) == []
-        assert json.loads(_ok(root, "--json", "peek", GROUP, "--state", "processing")) == []
+        assert (
+            json.loads(boxmq_cli_ok(root, "--json", "peek", GROUP, "--state", "processing")) == []
+        )
     finally:
         member.close()
         stop_process(process)

@@ -16,6 +16,7 @@ from tests.integration.mqtt.clients import (
     RunningServer,
     Served,
     boxmq_cli,
+    boxmq_cli_ok,
     paho,
     publish_each,
     recorded_away,
@@ -26,14 +27,8 @@ GROUP = "$share/workers/jobs/#"
 
 
 def _in_flight(root: Path) -> dict[str, str]:
-    [locked] = json.loads(_ok(root, "--json", "peek", GROUP, "--state", "processing"))
+    [locked] = json.loads(boxmq_cli_ok(root, "--json", "peek", GROUP, "--state", "processing"))
     return locked  # type: ignore[no-any-return]
-
-
-def _ok(root: Path, *args: str) -> str:
-    done = boxmq_cli(root, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def _refused(done: subprocess.CompletedProcess[str], *said: str) -> None:
@@ -75,7 +70,7 @@ def test_a_stuck_member_s_message_goes_to_the_others_once_its_server_is_gone(
         # The server never starts again: killed with its client connected, or stopped.
         process.send_signal(signal.SIGKILL if stop == "kill" else signal.SIGTERM)
         process.wait(timeout=30)
-        assert _ok(root, *unlock) == f"unlock: {message_id}\n"
+        assert boxmq_cli_ok(root, *unlock) == f"unlock: {message_id}\n"
         assert other.next().payload == b"job"  # the running server gives it to the other
         other.stop()
         stuck.close()

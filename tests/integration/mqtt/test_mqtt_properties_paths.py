@@ -23,6 +23,7 @@ from tests.integration.mqtt.clients import (
     Received,
     RunningServer,
     boxmq_cli,
+    boxmq_cli_ok,
     drop,
     paho,
     paho_properties,
@@ -160,14 +161,13 @@ def test_a_message_the_cli_retained_reaches_a_later_v5_subscriber_with_its_metad
     comes after it (a non-persistent session, which gets it from the retained store). The
     request's Response Topic and Correlation Data are given by their `mqtt.*` names here, and
     by `--reply-to` and `--correlation-id` in the next test."""
-    done = boxmq_cli(
+    boxmq_cli_ok(
         server.root,
         *("publish", "cfg/line-4", '{"speed": 3}', "--qos", "1", "--retain"),
         *("-p", "tenant=acme", "-p", "n:int=3", "-p", "mqtt.content-type=application/json"),
         *("-p", "mqtt.response-topic=cfg/answers", "-p", "mqtt.correlation-data=cmVxLTc="),
         *("--expires-in", "60s"),
     )
-    assert done.returncode == 0, done.stderr
     published = time.monotonic()
     time.sleep(1.2)  # so that what is left of the interval is less than was sent
     late = paho(server, "late")
@@ -202,13 +202,12 @@ def test_a_request_the_cli_published_with_its_reply_to_in_a_side_file_reaches_v5
     away = paho(server, "away", clean=False, expiry=300)
     away.subscribe("cfg/#", 1, properties=_identified(5))
     away.stop()
-    done = boxmq_cli(
+    boxmq_cli_ok(
         server.root,
         *("publish", "cfg/line-4", "x", "--qos", "1", "--retain"),
         *("--reply-to", "cfg/answers", "--correlation-id", "req-7", "--expires-in", "60s"),
         *("-p", "mqtt.content-type=application/json"),
     )
-    assert done.returncode == 0, done.stderr
     published = time.monotonic()
     late = paho(server, "late")
     late.subscribe("cfg/#", 1, properties=_identified(9))
