@@ -24,6 +24,17 @@ def _holds(current: SessionRecord | None) -> bool:
     return current == _AWAY
 
 
+def _sent_on_a_full_disk(root: str, monkeypatch: pytest.MonkeyPatch, *, now: float) -> SentWills:
+    """SentWills on `root`, told at `now` of _AWAY's Will sent while the disk refused to
+    rewrite its record; the disk takes writes again."""
+    write_record(root, _AWAY)
+    wills = SentWills(root)
+    monkeypatch.setattr(os, "rename", _full)
+    wills.sent(_AWAY, _holds, now=now)
+    monkeypatch.undo()
+    return wills
+
+
 def test_a_refused_record_is_remembered_then_written_once_the_disk_takes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -49,11 +60,7 @@ def test_a_record_changed_meanwhile_is_left_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = str(tmp_path)
-    write_record(root, _AWAY)
-    wills = SentWills(root)
-    monkeypatch.setattr(os, "rename", _full)
-    wills.sent(_AWAY, _holds, now=0.0)
-    monkeypatch.undo()
+    wills = _sent_on_a_full_disk(root, monkeypatch, now=0.0)
     back = SessionRecord("c1", 60, holder="another broker")  # its client came back
     write_record(root, back)
     wills.retry(now=10.0)
@@ -68,11 +75,7 @@ def test_a_clock_stepped_back_does_not_put_the_next_try_off_for_the_step(
     next try was an hour off, and a restart meanwhile sent the Will again. It is tried at
     the broker's next tick."""
     root = str(tmp_path)
-    write_record(root, _AWAY)
-    wills = SentWills(root)
-    monkeypatch.setattr(os, "rename", _full)
-    wills.sent(_AWAY, _holds, now=3600.0)
-    monkeypatch.undo()
+    wills = _sent_on_a_full_disk(root, monkeypatch, now=3600.0)
     wills.retry(now=0.5)  # half a second on, stepped back an hour
     record = read_record(root, "c1")
     assert record is not None
