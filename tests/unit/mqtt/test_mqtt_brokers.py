@@ -3,19 +3,12 @@ their process lives, and those of this host's dead brokers deleted by the next t
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.processes import dead_token
 
 from boxmq.mqtt import brokers
 from boxmq.store.process import process_token
-
-
-def _dead_token() -> str:
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    token = process_token(child.pid)
-    child.wait()
-    return token
 
 
 def test_a_mark_names_a_live_broker_until_it_is_taken_back(tmp_path: Path) -> None:
@@ -31,7 +24,7 @@ def test_a_mark_names_a_live_broker_until_it_is_taken_back(tmp_path: Path) -> No
 def test_a_dead_broker_s_mark_counts_for_nothing_and_the_next_start_deletes_it(
     tmp_path: Path,
 ) -> None:
-    root, dead = str(tmp_path), _dead_token()
+    root, dead = str(tmp_path), dead_token()
     (tmp_path / ".mqtt" / "brokers").mkdir(parents=True)
     (tmp_path / ".mqtt" / "brokers" / dead).touch()
     assert not brokers.is_broker(root, dead)
