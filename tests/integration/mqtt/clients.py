@@ -216,6 +216,15 @@ def recorded_will_sent(root: Path, client_id: str) -> None:
         time.sleep(0.02)
 
 
+def record_deleted(root: Path, client_id: str) -> None:
+    """Wait until the session record of `client_id` is gone: the broker deletes it last when
+    the session ends."""
+    deadline = time.monotonic() + WAIT
+    while read_record(str(root), client_id) is not None:
+        assert time.monotonic() < deadline, f"the session of {client_id} did not end"
+        time.sleep(0.02)
+
+
 def serve_fresh(
     folder: Path, *flags: str, program: tuple[str, ...] = ("-m", "boxmq.cli")
 ) -> tuple[RunningServer, subprocess.Popen[bytes]]:
