@@ -23,15 +23,10 @@ from tests.integration.mqtt.clients import (
     persistent_paho,
     start_server,
 )
-from tests.integration.mqtt.raw import connect_packet, packet, pubrel, read
+from tests.integration.mqtt.raw import connect_packet, packet, pubrel, read, string
 
 # A topic over what a stored message's name has room for (docs/mqtt.md, "Persistence").
 UNSTORABLE = "w/" + "x" * 300
-
-
-def _utf8(text: str) -> bytes:
-    data = text.encode()
-    return len(data).to_bytes(2, "big") + data
 
 
 def _connect(server: RunningServer, v5: bool) -> socket.socket:
@@ -40,7 +35,7 @@ def _connect(server: RunningServer, v5: bool) -> socket.socket:
     if v5:
         sock.sendall(connect_packet("raw", clean=True, expiry=0))
     else:
-        sock.sendall(packet(0x10, _utf8("MQTT") + bytes([4, 0x02, 0, 30]) + _utf8("raw")))
+        sock.sendall(packet(0x10, string("MQTT") + bytes([4, 0x02, 0, 30]) + string("raw")))
     kind, body = read(sock)
     assert (kind, body[1]) == (0x20, 0), body.hex()  # CONNACK, accepted
     return sock
@@ -48,7 +43,7 @@ def _connect(server: RunningServer, v5: bool) -> socket.socket:
 
 def _publish_qos2_retained(topic: str, packet_id: int, v5: bool) -> bytes:
     properties = b"\x00" if v5 else b""
-    return packet(0x35, _utf8(topic) + packet_id.to_bytes(2, "big") + properties + b"r")
+    return packet(0x35, string(topic) + packet_id.to_bytes(2, "big") + properties + b"r")
 
 
 @pytest.mark.parametrize("v5", [True, False], ids=["v5", "v311"])
@@ -91,7 +86,7 @@ def test_a_qos_1_message_too_long_for_a_persistent_session_gets_puback_topic_nam
     persistent_paho(server, "keeps", v5=True).subscribe("w/#", 1)
     with _connect(server, v5=True) as sock:
         for packet_id, topic, reason in ((1, "w/short", 0), (2, UNSTORABLE, 0x90)):
-            sock.sendall(packet(0x32, _utf8(topic) + packet_id.to_bytes(2, "big") + b"\x00b"))
+            sock.sendall(packet(0x32, string(topic) + packet_id.to_bytes(2, "big") + b"\x00b"))
             kind, body = read(sock)
             assert (kind, body[2:3] or b"\x00") == (0x40, bytes([reason])), body.hex()  # PUBACK
     said = body[3:].decode(errors="replace")  # its properties: a reason string (0x1F)

@@ -21,6 +21,7 @@ from tests.integration.mqtt.clients import (
     recorded_away,
     start_server,
 )
+from tests.integration.mqtt.raw import packet, string
 
 from boxmq.clock import ManualClock
 
@@ -497,23 +498,13 @@ def test_a_subscription_made_by_another_process_gets_the_next_mqtt_publish(
         worker.close()
 
 
-def _string(text: str) -> bytes:
-    data = text.encode()
-    return len(data).to_bytes(2, "big") + data
-
-
-def _packet(first: int, body: bytes) -> bytes:
-    assert len(body) < 128  # one byte of remaining length is enough here
-    return bytes([first, len(body)]) + body
-
-
 def test_retained_messages_that_arrive_in_one_read_are_all_kept(server: RunningServer) -> None:
     """Several retained PUBLISHes in one TCP segment go to the disk as one batch; each must be
     retained as if it had come alone."""
     topics = [f"burst/{i}" for i in range(4)]
-    connect = _packet(0x10, _string("MQTT") + bytes([4, 2, 0, 60]) + _string("raw"))
+    connect = packet(0x10, string("MQTT") + bytes([4, 2, 0, 60]) + string("raw"))
     publishes = b"".join(
-        _packet(0x33, _string(topic) + (i + 1).to_bytes(2, "big") + f"v{i}".encode())
+        packet(0x33, string(topic) + (i + 1).to_bytes(2, "big") + f"v{i}".encode())
         for i, topic in enumerate(topics)
     )
     with socket.create_connection((server.host, server.port), timeout=5) as raw:
