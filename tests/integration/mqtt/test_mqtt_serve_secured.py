@@ -22,6 +22,7 @@ import pytest
 from harness.ports import free_port, free_ports
 from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
+from tests.integration.mqtt.raw import string
 
 from boxmq.mqtt.passwords import set_password
 
@@ -348,11 +349,6 @@ def test_mosquitto_pub_with_the_wrong_ca_file_is_logged(served: Served) -> None:
     assert right.returncode == 0, right.stderr
 
 
-def _string(text: str) -> bytes:
-    data = text.encode()
-    return len(data).to_bytes(2, "big") + data
-
-
 def test_packets_that_come_with_the_last_handshake_message_are_read(served: Served) -> None:
     """A client's CONNECT, PUBLISH and DISCONNECT in the same segment as its TLS Finished,
     then its end of stream: they reach the broker before its protocol is made (the TLS
@@ -361,9 +357,9 @@ def test_packets_that_come_with_the_last_handshake_message_are_read(served: Serv
     try:
         assert alice.subscribe("alice/inbox/#") == 1
         connect = b"\x00\x04MQTT\x04\xc2\x00\x3c" + b"".join(
-            map(_string, ["early-bird", "alice", "wonderland"])
+            map(string, ["early-bird", "alice", "wonderland"])
         )
-        publish = _string("alice/inbox/early") + b"with the Finished"
+        publish = string("alice/inbox/early") + b"with the Finished"
         packets = (
             bytes([0x10, len(connect)]) + connect + bytes([0x30, len(publish)]) + publish
         ) + b"\xe0\x00"
