@@ -428,8 +428,10 @@ class Broker:
         connection's last packet and opening, read from that clock: they move with it, or a
         step forward closed every connection (and sent its Will) at the next tick, and a step
         back kept a silent one open the step longer. The delayed Wills and the ends of the
-        sessions away move too, as the loop's real-time timers that timed them did."""
+        sessions away move too, as the loop's real-time timers that timed them did; the $SYS
+        uptime does not count the step."""
         self._wills.clock_stepped(by)
+        self._sys.clock_stepped(by)
         self._lifetimes.clock_stepped(by)
         for client in self._clients.values():
             client.opened += by

@@ -52,6 +52,7 @@ class SysTopics:
         self._next = started  # the first figures go out at the first tick
         # The uptime adds up the time from update to update, none when the clock went back
         # (NTP, `date -s`): `now - started` went out as -3585 seconds after a step of an hour.
+        # A step the server told (`clock_stepped`) moves the last update: not counted either.
         self._uptime, self._updated = 0.0, started
         self._maximum = 0  # the most clients connected at once, as seen at an interval
         self.latest: dict[str, bytes] = {}  # topic -> its last payload, in publishing order
@@ -59,6 +60,11 @@ class SysTopics:
     def due(self, now: float) -> bool:
         # Stepped back an hour, the figures stopped for an hour (`periodic_due`).
         return self.interval > 0 and periodic_due(now, self._next, self.interval)
+
+    def clock_stepped(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds (Broker.clock_stepped): the uptime counts
+        the time that passed, not the step (a step forward of an hour added an hour)."""
+        self._updated += by
 
     def update(self, now: float, figures: Figures) -> list[tuple[str, bytes]]:
         """The topics whose values changed since the last update (all of them the first

@@ -232,3 +232,27 @@ def test_a_publish_to_sys_is_refused_unless_the_acl_allows_it(tmp_path: Path) ->
         assert peer.take() == [Puback(2, ReasonCode.NOT_AUTHORIZED)]
 
     _run(tmp_path, allowed, settings=MqttSettings(authorizer=acl))
+
+
+def test_a_clock_stepped_forward_that_the_broker_was_told_of_is_not_counted_in_the_uptime(
+    tmp_path: Path,
+) -> None:
+    """The server told the broker of a step of an hour forward (MqttServer compares the wall
+    clock with the monotonic one, Broker.clock_stepped) 5 s after an update: the uptime
+    added the step, 3615 seconds for 15 that passed. It counts the time that passed."""
+    clock = ManualClock(_START)
+
+    async def test(broker: Broker) -> None:
+        broker.tick(clock.now())
+        peer, _ = _sys_subscriber(broker, "watcher", "$SYS/broker/uptime")
+        clock.advance(5)
+        broker.tick(clock.now())
+        clock.advance(3600)
+        broker.clock_stepped(3600)
+        broker.tick(clock.now())
+        clock.advance(10)
+        broker.tick(clock.now())
+        uptimes = [p.payload for p in peer.take() if isinstance(p, Publish)]
+        assert uptimes[-1] == b"15 seconds"
+
+    _run(tmp_path, test, clock)
