@@ -250,6 +250,10 @@ class Delivery:
                 spelled(self._drops.interval),
             )
 
+    def clock_stepped(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds: the counts' intervals move (DropLog.shift)."""
+        self._drops.shift(by)
+
     def report_drops(self, *, now: float | None = None) -> None:
         """Log the drops counted in the intervals over by `now` (None: all of them, now)."""
         summaries = self._drops.flush() if now is None else self._drops.due(now=now)

@@ -100,6 +100,13 @@ class DropLog(Generic[Key]):
                 del self._runs[key]
         return summaries
 
+    def shift(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds (MqttServer tells it): the intervals under
+        way end that much later or sooner, so a count says what `interval` it was over (a
+        step forward told it at the next tick, "in the last 10s" for what a second counted)."""
+        for run in self._runs.values():
+            run.ends += by
+
     def flush(self) -> list[Summary[Key]]:
         """Every count not told yet, whatever the time (the broker is closing)."""
         summaries = [Summary(k, run.counted) for k, run in self._runs.items() if run.counted]

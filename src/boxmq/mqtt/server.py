@@ -973,6 +973,7 @@ class MqttServer:
                 spelled(round(abs(step), 1)),
             )
             self.broker.clock_stepped(step)
+            self._failed_handshakes.shift(step)
         return now
 
     def _heard_unread(self, now: float) -> None:

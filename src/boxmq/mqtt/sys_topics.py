@@ -52,7 +52,8 @@ class SysTopics:
         self._next = started  # the first figures go out at the first tick
         # The uptime adds up the time from update to update, none when the clock went back
         # (NTP, `date -s`): `now - started` went out as -3585 seconds after a step of an hour.
-        # A step the server told (`clock_stepped`) moves the last update: not counted either.
+        # A step the server told (`clock_stepped`) moves the last update and the next: not
+        # counted, and the figures keep their interval.
         self._uptime, self._updated = 0.0, started
         self._maximum = 0  # the most clients connected at once, as seen at an interval
         self.latest: dict[str, bytes] = {}  # topic -> its last payload, in publishing order
@@ -63,8 +64,11 @@ class SysTopics:
 
     def clock_stepped(self, by: float) -> None:
         """The wall clock was stepped `by` seconds (Broker.clock_stepped): the uptime counts
-        the time that passed, not the step (a step forward of an hour added an hour)."""
+        the time that passed, not the step (a step forward of an hour added an hour), and the
+        next figures are due an interval after the last still (a step forward sent them at
+        the next tick, a step back at once)."""
         self._updated += by
+        self._next += by
 
     def update(self, now: float, figures: Figures) -> list[tuple[str, bytes]]:
         """The topics whose values changed since the last update (all of them the first

@@ -3580,6 +3580,34 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
     ]
 
 
+def test_the_count_of_drops_keeps_its_interval_across_a_step_the_broker_was_told_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step forward of an hour (Broker.clock_stepped) 5 s into the count's interval told
+    it at the next tick, "in the last 10s" for 5; it is told when the 10 s are over."""
+    clock = ManualClock(1000.0)
+
+    async def test(broker: Broker) -> None:
+        _subscriber(broker, "slow", "flood/#", 1)
+        pub = _connect(broker, "pub")
+        for packet_id in range(1, 11):
+            pub.send(Publish("flood/a", b"x", 1, packet_id=packet_id))
+        broker.tick(clock.now())
+        clock.advance(3605)
+        broker.clock_stepped(3600)
+        broker.tick(clock.now())
+        assert not [m for m in caplog.messages if "more message(s) dropped" in m]
+        clock.advance(5)
+        broker.tick(clock.now())
+
+    limits = Limits(max_inflight=1, max_queued=2)
+    with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
+        _run(tmp_path, test, clock, settings=MqttSettings(limits=limits))
+    assert [m for m in caplog.messages if "more message(s) dropped" in m] == [
+        "client slow: queue full, 6 more message(s) dropped in the last 10s",
+    ]
+
+
 def test_a_subscription_another_process_makes_is_seen_by_the_next_publishing_read(
     tmp_path: Path,
 ) -> None:

@@ -58,3 +58,19 @@ def test_a_key_is_told_back_as_it_was_given() -> None:
     assert drops.dropped(key, now=0)
     assert not drops.dropped(key, now=1)
     assert drops.flush() == [Summary(key, 1)]
+
+
+def test_a_step_told_moves_the_interval_under_way() -> None:
+    """A step forward of an hour (which MqttServer tells against the monotonic clock) told
+    the count at the next tick, "in the last 10s" for what 3 s counted; a step back at once.
+    Shifted by the step, each count is told when its interval is over."""
+    drops: DropLog[str] = DropLog(interval=10)
+    assert drops.dropped("slow", now=100)
+    assert not drops.dropped("slow", now=103)
+    drops.shift(3600)
+    assert drops.due(now=3703) == []
+    assert drops.due(now=3710) == [Summary("slow", 1)]
+    assert not drops.dropped("slow", now=3712)
+    drops.shift(-7200)
+    assert drops.due(now=3712 - 7200) == []
+    assert drops.due(now=3720 - 7200) == [Summary("slow", 1)]

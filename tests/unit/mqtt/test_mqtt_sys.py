@@ -256,3 +256,31 @@ def test_a_clock_stepped_forward_that_the_broker_was_told_of_is_not_counted_in_t
         assert uptimes[-1] == b"15 seconds"
 
     _run(tmp_path, test, clock)
+
+
+def test_the_figures_keep_their_interval_across_a_step_the_broker_was_told_of(
+    tmp_path: Path,
+) -> None:
+    """A step forward of an hour the broker was told of sent the figures at the next tick,
+    5 s into their interval of 10; a step back sent them at once. Either way they go out an
+    interval after the last, as the time that passed counts it."""
+
+    async def test(broker: Broker) -> None:
+        now = _START  # the wall clock, as the broker's ticks read it (stepped back too)
+        broker.tick(now)
+        peer, _ = _sys_subscriber(broker, "watcher", "$SYS/broker/uptime")
+        for step, uptime in ((3600.0, b"10 seconds"), (-7200.0, b"20 seconds")):
+            now += 5
+            broker.tick(now)
+            now += step
+            broker.clock_stepped(step)
+            broker.tick(now)
+            broker.tick(now + 4.9)
+            assert peer.take() == []  # 9.9 s since the last figures
+            now += 5
+            broker.tick(now)
+            assert _by_topic([p for p in peer.take() if isinstance(p, Publish)]) == {
+                "$SYS/broker/uptime": uptime
+            }
+
+    _run(tmp_path, test, ManualClock(_START))

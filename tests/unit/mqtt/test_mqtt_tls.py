@@ -654,6 +654,47 @@ def _closing(link: object) -> bool:
     return transport is not None and bool(transport.is_closing())
 
 
+def test_the_count_of_failed_handshakes_keeps_its_interval_across_a_step_of_the_clock(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wall clock stepped forward an hour (NTP, `date -s`) 5 s into the count's interval:
+    the server's next tick told the count, "in the last 10s" for 5. The server tells the
+    step against its monotonic clock and moves the interval with it."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    settings = MqttSettings(listeners=(Listener("127.0.0.1", 0, ssl=server_context(cert, key)),))
+    wall, steady = ManualClock(), ManualClock(1000.0)
+
+    def counted() -> list[str]:
+        return [m for m in caplog.messages if "more TLS handshake(s) failed" in m]
+
+    async def run() -> None:
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, settings, clock=wall, steady=steady.now)
+        stop = asyncio.Event()
+        try:
+            [(_, port)] = await server.start()
+            ticking = asyncio.create_task(server.run(stop))
+            await asyncio.to_thread(_not_tls, port, 3)
+            wall.advance(3605)
+            steady.advance(5)
+            await asyncio.sleep(0.6)  # two ticks of the server at least: the step is told
+            assert counted() == []
+            wall.advance(5)
+            steady.advance(5)
+            await _until(lambda: bool(counted()))
+            stop.set()
+            await ticking
+        finally:
+            stop.set()
+            await server.close()
+            box.close()
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        asyncio.run(run())
+    [line] = counted()
+    assert line.startswith("127.0.0.1: 2 more TLS handshake(s) failed in the last 10s")
+
+
 def test_a_wall_clock_stepped_forward_during_a_tls_handshake_does_not_close_its_connection(
     tmp_path: Path,
 ) -> None:
