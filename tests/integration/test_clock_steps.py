@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -176,3 +177,37 @@ def test_a_clock_stepped_back_does_not_put_off_the_read_of_target_when_polling(
             message = w.receive(timeout=2)
             assert message is not None
             assert message.body == b"x"
+
+
+def test_a_receive_waits_its_timeout_whatever_the_clock_does(root: Path) -> None:
+    """A receive's timeout is how long its caller waits, on the monotonic clock: the box's
+    wall clock stepped back an hour during `receive(timeout=1.5)` must not hold it an hour,
+    nor a step forward end it early."""
+    for step in (-3600.0, 3600.0):
+        clock = SteppedClock(time.time())
+        stepper = threading.Timer(0.3, clock.set, (clock.now() + step,))
+        with (
+            boxmq.open(root, fsync="never", clock=clock) as box,
+            box.queue("jobs").consumer("w") as w,
+        ):
+            began = time.monotonic()
+            stepper.start()
+            assert w.receive(timeout=1.5) is None
+            waited = time.monotonic() - began
+            stepper.join()
+            assert 1.4 < waited < 3.0, (step, waited)
+
+
+def test_a_receive_that_waits_just_after_a_step_back_sleeps_no_longer_than_its_looks(
+    root: Path,
+) -> None:
+    """A receive waits (`_nap`) until its next read of target/ or look in processing/, times
+    of the wall clock: computed after a step back of an hour (between its look and its wait)
+    that was an hour, so a `receive()` without a timeout missed the locks of its host's dead
+    processes and, polling, other processes' messages for the hour. The looks are due at once
+    then (`periodic_due`), and the wait is no longer than the shorter of their intervals."""
+    clock = SteppedClock(time.time())
+    with boxmq.open(root, fsync="never", clock=clock) as box, box.queue("jobs").consumer("w") as w:
+        assert w.receive_nowait() is None  # its first looks: the next in 1 s and 5 s
+        clock.set(clock.now() - 3600)
+        assert w._live._nap(clock.now(), None) <= 1.0  # the wait is private to the receive

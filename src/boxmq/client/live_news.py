@@ -12,6 +12,7 @@ from __future__ import annotations
 import weakref
 
 from boxmq.client.live_state import LiveState
+from boxmq.clock import periodic_due
 from boxmq.store.layout import FolderSeen, State, folder_seen, settled_seen
 from boxmq.store.watch import Watcher, watch
 
@@ -128,8 +129,14 @@ class LiveNews(LiveState):
 
     def _nap(self, now: float, left: float | None) -> float:
         """How long to wait for news: until the next scan, sweep or deadline of the clock's,
-        at most `left` seconds (the receive's own wait, in wall time)."""
-        limits = [self._next_scan - now, self._next_sweep - now]
+        at most `left` seconds (the receive's own wait, in wall time). A scan or sweep
+        further off than its interval is due now (`periodic_due`, a clock stepped back since
+        the look that set it): waited for, a step back of an hour between the receive's look
+        and its wait held a `receive()` an hour without those looks."""
+        limits = [
+            _until(now, self._next_scan, self._scan_lead),
+            _until(now, self._next_sweep, self._options.sweep_interval),
+        ]
         if left is not None:
             limits.append(left)
         if (deadline := self._engine.next_deadline()) is not None:
@@ -163,3 +170,8 @@ class LiveNews(LiveState):
             self._cond.notify_all()
         if self._watching and self._watcher is not None:
             self._watcher.wakeup()
+
+
+def _until(now: float, next_at: float, interval: float) -> float:
+    """The seconds from `now` to a periodic look next at `next_at`: none when it is due."""
+    return 0.0 if periodic_due(now, next_at, interval) else next_at - now
