@@ -211,3 +211,14 @@ def test_a_receive_that_waits_just_after_a_step_back_sleeps_no_longer_than_its_l
         assert w.receive_nowait() is None  # its first looks: the next in 1 s and 5 s
         clock.set(clock.now() - 3600)
         assert w._live._nap(clock.now(), None) <= 1.0  # the wait is private to the receive
+
+
+def test_an_mqtt_server_given_the_system_clock_tells_its_steps(root: Path) -> None:
+    """MqttServer tells a step of its wall clock against the monotonic clock only when it
+    reads the system's: given `clock=SystemClock()` (as an embedding program may pass the
+    clock it gives its Box), it told none, and a step forward closed every connection."""
+    with boxmq.open(root, fsync="never") as box:
+        settings = MqttSettings(listeners=(Listener("127.0.0.1", 0),))
+        assert MqttServer(box, settings).steady() is not None
+        assert MqttServer(box, settings, clock=boxmq.SystemClock()).steady() is not None
+        assert MqttServer(box, settings, clock=boxmq.ManualClock()).steady() is None

@@ -808,9 +808,11 @@ class MqttServer:
     ) -> None:
         self._clock = clock or SystemClock()
         # What a step of the clock is told against, from tick to tick (`_stepped`): the
-        # system's monotonic clock for the system's; a test's clock comes with its own, or
-        # none (a ManualClock moved by hand is no step).
-        self._steady = steady if steady is not None or clock is not None else time.monotonic
+        # system's monotonic clock for the system's, passed or not (a SystemClock passed got
+        # none, and no step was told); a test's clock comes with its own, or none (a
+        # ManualClock moved by hand is no step).
+        system = isinstance(self._clock, SystemClock)
+        self._steady = steady if steady is not None or not system else time.monotonic
         self.broker = Broker(box, settings, self._clock)
         self.settings = settings
         self._listening: list[_Listening] = []
