@@ -23,23 +23,22 @@ from typing import Any
 import pytest
 from tests.conftest import HeldFlush, StuckCheck
 from tests.processes import dead_token
+from tests.unit.mqtt.peers import Peer, connect_peer, run_broker
 
 import boxmq
 from boxmq.client import assured as assured_module
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.message import Message
 from boxmq.client.subscriber import Subscriber
-from boxmq.clock import Clock, ManualClock, SystemClock
+from boxmq.clock import ManualClock, SystemClock
 from boxmq.core import ExactlyOnceLimits
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches, recording
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
-from boxmq.mqtt.codec import decode, encode
+from boxmq.mqtt.codec import encode
 from boxmq.mqtt.connect_terms import reason_text
-from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError
-from boxmq.mqtt.framing import FrameReader
 from boxmq.mqtt.lifetimes import CLAIMED
 from boxmq.mqtt.packets import (
     Connack,
@@ -89,96 +88,11 @@ from boxmq.store.watch import Changes, InotifyWatcher
 V5 = ProtocolVersion.V5
 
 
-class Peer:
-    """A client's end of an in-memory link: what it sends goes through the real Connection."""
-
-    def __init__(self, broker: Broker) -> None:
-        self.connection = Connection(
-            max_packet_size=1 << 20, receive_maximum=100, topic_alias_maximum=10, now=0
-        )
-        self.peer = PeerAddress("memory")
-        self.congested = False
-        self.identity: str | None = None
-        self.closed = False
-        self._broker = broker
-        self._reader = FrameReader(max_packet_size=1 << 20)
-        self.inbox: list[Packet] = []
-        self.pauses = self.resumes = 0  # calls of pause_reading and resume_reading
-        self.version = V5  # what `send` writes and `flush` reads
-        assert broker.opened(self)
-
-    def flush(self) -> None:
-        self._reader.receive(self.connection.data_to_write())  # as the server writes it
-        self.inbox += [decode(frame, self.version) for frame in self._reader.frames()]
-
-    def close(self) -> None:
-        self.closed = True
-        self._broker.closed(self, "closed")
-
-    def pause_reading(self) -> None:
-        self.pauses += 1
-
-    def resume_reading(self) -> None:
-        self.resumes += 1
-
-    def acknowledge_reads(self) -> None:
-        pass
-
-    def send(self, *packets: Packet) -> None:
-        data = b"".join(encode(packet, self.version) for packet in packets)
-        self._broker.received(self, self.connection.receive(data, now=0))
-        self._broker.flush()  # what the end of the loop iteration does
-
-    def take(self) -> list[Packet]:
-        taken, self.inbox = self.inbox, []
-        return taken
-
-
-def _run(
-    tmp_path: Path,
-    test: Callable[[Broker], Awaitable[None]],
-    clock: Clock | None = None,
-    *,
-    fsync: str = "never",
-    settings: MqttSettings | None = None,
-    box_clock: bool = False,
-    exactly_once: ExactlyOnceLimits | None = None,
-) -> None:
-    """`test` run on a broker over the root in `tmp_path`; `box_clock`: the Box reads `clock`
-    too (its locks' deadlines), not the system's; `exactly_once`: the Box's limits."""
-
-    async def main() -> None:
-        with boxmq.open(
-            tmp_path / "root",
-            fsync=fsync,
-            clock=clock if box_clock else None,
-            exactly_once=exactly_once,
-        ) as box:
-            broker = Broker(box, settings or MqttSettings(), clock or SystemClock())
-            broker.resume_expiries()  # as MqttServer.start does
-            try:
-                await test(broker)
-            finally:
-                await broker.close()
-
-    asyncio.run(main())
-
-
-def _connect(broker: Broker, client_id: str, *, expiry: int = 0, clean: bool = True) -> Peer:
-    peer = Peer(broker)
-    props = Properties.build(session_expiry_interval=expiry or None)
-    peer.send(Connect(client_id, V5, clean_start=clean, properties=props))
-    connack = peer.inbox.pop(0)  # a resumed session's messages may follow at once
-    assert isinstance(connack, Connack)
-    assert connack.reason is ReasonCode.SUCCESS
-    return peer
-
-
 def _subscriber(
     broker: Broker, client_id: str, topic_filter: str, qos: int, *, expiry: int = 0
 ) -> Peer:
-    """A connected client subscribed to one filter, its SUBACK taken; `expiry`: as `_connect`."""
-    peer = _connect(broker, client_id, expiry=expiry)
+    """A connected client subscribed to one filter, its SUBACK taken; `expiry`: as connect_peer."""
+    peer = connect_peer(broker, client_id, expiry=expiry)
     peer.send(Subscribe(1, (Subscription(topic_filter, qos),)))
     peer.take()
     return peer
@@ -237,7 +151,7 @@ def test_max_keepalive_caps_what_a_v5_client_asks_none_included(
             assert peer.closed
 
     settings = MqttSettings(limits=Limits(max_keepalive=cap))
-    _run(tmp_path, test, ManualClock(0), settings=settings)
+    run_broker(tmp_path, test, ManualClock(0), settings=settings)
 
 
 def test_the_timer_looks_at_a_keep_alive_again_when_it_can_end(tmp_path: Path) -> None:
@@ -269,7 +183,7 @@ def test_the_timer_looks_at_a_keep_alive_again_when_it_can_end(tmp_path: Path) -
         assert closed_by(27.1) == ["silent", "talker"]
         assert closed_by(1e6) == ["silent", "talker"]
 
-    _run(tmp_path, test, ManualClock(0))
+    run_broker(tmp_path, test, ManualClock(0))
 
 
 def test_a_clean_connect_reads_no_subscription_record_when_its_id_has_none(
@@ -292,10 +206,10 @@ def test_a_clean_connect_reads_no_subscription_record_when_its_id_has_none(
 
         monkeypatch.setattr(layout, "read_records", counted)
         for n in range(3):
-            _connect(broker, f"device-{n}").close()
+            connect_peer(broker, f"device-{n}").close()
         assert len(reads) == 1
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_persistent_connect_lists_the_topics_intake_alone_for_its_qos2_messages(
@@ -310,7 +224,7 @@ def test_a_persistent_connect_lists_the_topics_intake_alone_for_its_qos2_message
     async def test(broker: Broker) -> None:
         for i in range(3):
             broker.box.queue(f"q{i}")
-        _connect(broker, "first", expiry=600).close()  # the intake's first use reads all
+        connect_peer(broker, "first", expiry=600).close()  # the intake's first use reads all
         with boxmq.open(tmp_path / "root", fsync="never") as other:  # another server's
             source = exactly_once_source("device-9")
             assert other.intake.assured_one(AssuredMessage(source, "7", b"x", topic="t"))
@@ -323,19 +237,19 @@ def test_a_persistent_connect_lists_the_topics_intake_alone_for_its_qos2_message
 
         monkeypatch.setattr(assured_module, "dropbox_folders", counted)
         for n in range(3):
-            _connect(broker, f"device-{n}", expiry=600).close()
-        device = _connect(broker, "device-9", expiry=600, clean=False)
+            connect_peer(broker, f"device-{n}", expiry=600).close()
+        device = connect_peer(broker, "device-9", expiry=600, clean=False)
         assert listed == []
         device.send(Pubrel(7))
         await _until(lambda: bool(device.inbox))
         assert device.take() == [Pubcomp(7)]  # found: released, not 0x92 (not found)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_clean_sessions_exchange_qos1_in_memory_only(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        sub, pub = _connect(broker, "sub"), _connect(broker, "pub")
+        sub, pub = connect_peer(broker, "sub"), connect_peer(broker, "pub")
         sub.send(Subscribe(1, (Subscription("a/+", 1),)))
         assert sub.take() == [Suback(1, (ReasonCode.GRANTED_QOS_1,))]
         pub.send(Publish("a/b", b"x", 1, packet_id=7))
@@ -345,12 +259,12 @@ def test_clean_sessions_exchange_qos1_in_memory_only(tmp_path: Path) -> None:
         assert (delivered.topic, delivered.payload, delivered.qos) == ("a/b", b"x", 1)
         assert _files(tmp_path / "root") == []  # nothing touched the disk
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_qos2_in_memory_is_routed_once_at_pubrel(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        sub, pub = _connect(broker, "sub"), _connect(broker, "pub")
+        sub, pub = connect_peer(broker, "sub"), connect_peer(broker, "pub")
         sub.send(Subscribe(1, (Subscription("t", 2),)))
         sub.take()
         pub.send(Publish("t", b"once", 2, packet_id=5))
@@ -363,24 +277,24 @@ def test_qos2_in_memory_is_routed_once_at_pubrel(tmp_path: Path) -> None:
         assert isinstance(delivered, Publish)
         assert delivered.payload == b"once"
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_persistent_session_messages_wait_in_its_dropbox(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         away = _subscriber(broker, "away", "jobs/#", 1, expiry=600)
         away.send(Disconnect())
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("jobs/1", b"work", 1, packet_id=1))
         await _until(lambda: pub.inbox == [Puback(1)])  # once the file is in the dropbox
         assert len(_files(tmp_path / "root")) >= 1
-        back = _connect(broker, "away", expiry=600, clean=False)
+        back = connect_peer(broker, "away", expiry=600, clean=False)
         await _until(lambda: bool(back.inbox))
         [delivered] = back.take()
         assert isinstance(delivered, Publish)
         assert delivered.payload == b"work"
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def _pumped(broker: Broker) -> list[str]:
@@ -406,12 +320,12 @@ def test_a_message_to_one_of_many_persistent_sessions_pumps_that_one_alone(
     async def test(broker: Broker) -> None:
         devices = []
         for number in range(20):
-            device = _connect(broker, f"dev{number}", expiry=600, clean=False)
+            device = connect_peer(broker, f"dev{number}", expiry=600, clean=False)
             device.send(Subscribe(1, (Subscription(f"dev/{number}/cmd", 1),)))
             await _until(lambda d=device: any(isinstance(p, Suback) for p in d.inbox))  # type: ignore[misc]
             device.take()
             devices.append(device)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pumped = _pumped(broker)
         for packet_id in (1, 2):
             pub.send(Publish("dev/7/cmd", b"go", 1, packet_id=packet_id))
@@ -421,7 +335,7 @@ def test_a_message_to_one_of_many_persistent_sessions_pumps_that_one_alone(
         assert set(pumped) == {"dev7"}, pumped
         assert not any(device.inbox for device in devices)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_member_of_many_share_groups_looks_into_the_groups_with_news_alone(
@@ -435,14 +349,14 @@ def test_a_member_of_many_share_groups_looks_into_the_groups_with_news_alone(
 
     async def test(broker: Broker) -> None:
         looked = _looks(monkeypatch)
-        member = _connect(broker, "member")
+        member = connect_peer(broker, "member")
         await _join_forty_groups(member)
         assert len(looked) == 40, len(looked)  # one look into each new group
         looked.clear()
-        await _ten_acknowledged(_connect(broker, "pub"), "dev/7/x", [member])
+        await _ten_acknowledged(connect_peer(broker, "pub"), "dev/7/x", [member])
         assert set(looked) == {"$share/g7/dev/7/#"}, sorted(set(looked))[:5]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_puback_looks_into_its_share_group_only_when_something_waits_there(
@@ -459,10 +373,10 @@ def test_a_puback_looks_into_its_share_group_only_when_something_waits_there(
     async def test(broker: Broker) -> None:
         members = [_subscriber(broker, name, "$share/g/t", 1) for name in ("a", "b")]
         looked = _looks(monkeypatch)
-        await _ten_acknowledged(_connect(broker, "pub"), "t", members)
+        await _ten_acknowledged(connect_peer(broker, "pub"), "t", members)
         assert len(looked) <= 15, len(looked)  # one or two a put, none at the PUBACK
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def _looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -521,13 +435,13 @@ def test_a_pump_with_news_goes_through_the_subscriptions_it_names_alone(
     message: docs/benchmarks.md, "Many share groups"). Counted, not timed."""
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
+        member = connect_peer(broker, "member")
         await _join_forty_groups(member)
         walked = broker._durable["member"] = _Walked(broker._durable["member"])
-        await _ten_acknowledged(_connect(broker, "pub"), "dev/7/x", [member])
+        await _ten_acknowledged(connect_peer(broker, "pub"), "dev/7/x", [member])
         assert walked.walks == 0, walked.walks
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_tick_after_this_server_s_own_deliveries_tells_no_session(tmp_path: Path) -> None:
@@ -539,7 +453,7 @@ def test_a_tick_after_this_server_s_own_deliveries_tells_no_session(tmp_path: Pa
 
     async def test(broker: Broker) -> None:
         member = _subscriber(broker, "a", "$share/g/t", 0)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for packet_id in range(1, 6):
             pub.send(Publish("t", b"m%d" % packet_id, 1, packet_id=packet_id))
             await _until(lambda i=packet_id: Puback(i) in pub.inbox)  # type: ignore[misc]
@@ -554,7 +468,7 @@ def test_a_tick_after_this_server_s_own_deliveries_tells_no_session(tmp_path: Pa
         broker.box.read_news()  # the tick's read of the watches
         assert not broker._offered, list(broker._offered)
 
-    _run(tmp_path, test, ManualClock(0), box_clock=True)
+    run_broker(tmp_path, test, ManualClock(0), box_clock=True)
 
 
 def test_an_idle_tick_looks_at_the_sessions_with_news_alone(
@@ -570,7 +484,7 @@ def test_an_idle_tick_looks_at_the_sessions_with_news_alone(
     async def test(broker: Broker) -> None:
         devices = []
         for number in range(40):
-            device = _connect(broker, f"dev{number}", expiry=600, clean=False)
+            device = connect_peer(broker, f"dev{number}", expiry=600, clean=False)
             device.send(Subscribe(1, (Subscription(f"dev/{number}/cmd", 1),)))
             await _until(lambda d=device: any(isinstance(p, Suback) for p in d.inbox))  # type: ignore[misc]
             device.take()
@@ -610,7 +524,7 @@ def test_an_idle_tick_looks_at_the_sessions_with_news_alone(
         assert isinstance(publish, Publish)
         assert publish.payload == b"from a script"
 
-    _run(tmp_path, test, ManualClock(0))
+    run_broker(tmp_path, test, ManualClock(0))
 
 
 def test_what_a_share_group_member_that_left_held_goes_to_another_at_the_next_pump(
@@ -624,12 +538,12 @@ def test_what_a_share_group_member_that_left_held_goes_to_another_at_the_next_pu
     async def test(broker: Broker) -> None:
         members = []
         for name in ("a", "b"):
-            member = _connect(broker, name)
+            member = connect_peer(broker, name)
             member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
             await _until(lambda m=member: any(isinstance(p, Suback) for p in m.inbox))  # type: ignore[misc]
             member.take()
             members.append(member)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for packet_id in (1, 2):
             pub.send(Publish("t", b"m%d" % packet_id, 1, packet_id=packet_id))
             await _until(lambda i=packet_id: Puback(i) in pub.inbox)  # type: ignore[misc]
@@ -646,23 +560,23 @@ def test_what_a_share_group_member_that_left_held_goes_to_another_at_the_next_pu
 
         await _until(sent_on)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_takeover_disconnects_the_old_connection_with_0x8e(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        first = _connect(broker, "same")
-        _connect(broker, "same")
+        first = connect_peer(broker, "same")
+        connect_peer(broker, "same")
         assert first.take() == [Disconnect(ReasonCode.SESSION_TAKEN_OVER)]
         assert first.closed
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_share_members_negative_puback_sends_the_message_to_error(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         member = _subscriber(broker, "member", "$share/g/t", 1)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("t", b"poison", 1, packet_id=1))
         await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
         [delivered] = member.take()
@@ -674,7 +588,7 @@ def test_a_share_members_negative_puback_sends_the_message_to_error(tmp_path: Pa
         [dead] = broker.box.subscription("$share/g/t").peek(state="error")  # as `boxmq peek`
         assert (dead.topic, dead.dead, dead.envelope.delivery_count) == ("t", "rejected", 1)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
@@ -685,7 +599,7 @@ def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
 
     async def test(broker: Broker) -> None:
         member = _subscriber(broker, "member", "$share/g/t", 1)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         answered_first: list[bool] = []
         deliver = broker._delivery.deliver
 
@@ -698,7 +612,7 @@ def test_a_publisher_is_answered_before_its_message_goes_to_the_share_group(
         await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
         assert answered_first == [True]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_under_always_the_members_are_served_while_the_commit_flushes(
@@ -708,18 +622,18 @@ def test_under_always_the_members_are_served_while_the_commit_flushes(
     the commit's last flush; the publisher's PUBACK waits for that flush."""
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
+        member = connect_peer(broker, "member")
         member.send(Subscribe(1, (Subscription("$share/g/t", 1),)))
         await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
         member.take()
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("t", b"m", 1, packet_id=1))
         await _until(lambda: any(isinstance(p, Publish) for p in member.inbox))
         assert pub.inbox == []
         held_flush.release()
         await _until(lambda: pub.inbox == [Puback(1)])
 
-    _run(tmp_path, test, fsync="always")
+    run_broker(tmp_path, test, fsync="always")
 
 
 def test_a_read_is_answered_before_its_messages_go_to_memory_subscribers(
@@ -730,7 +644,7 @@ def test_a_read_is_answered_before_its_messages_go_to_memory_subscribers(
 
     async def test(broker: Broker) -> None:
         sub = _subscriber(broker, "sub", "t", 2)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("t", b"m2", 2, packet_id=2))
         assert pub.take() == [Pubrec(2)]
         answers_written: list[list[Packet]] = []
@@ -746,7 +660,7 @@ def test_a_read_is_answered_before_its_messages_go_to_memory_subscribers(
         assert answers_written == [answers, answers, answers]
         assert [p.payload for p in sub.inbox if isinstance(p, Publish)] == [b"m1", b"m2", b"m3"]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
@@ -758,7 +672,7 @@ def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
 
     async def test(broker: Broker) -> None:
         _subscriber(broker, "member", "$share/g/t", 1)  # a share group: the publishes go to disk
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for packet_id in range(1, 11):  # ten reads before the first batch gets a thread
             pub.send(Publish("t", f"m{packet_id}".encode(), 1, packet_id=packet_id))
         assert (pub.pauses, pub.resumes) == (1, 0)
@@ -768,11 +682,11 @@ def test_publishes_that_need_the_disk_are_answered_in_order_with_backpressure(
         [info] = broker.box.topics.subscriptions()
         assert info.counts.ready + info.counts.locked == 10
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 async def _publish(broker: Broker, topic: str, body: bytes, qos: int) -> None:
-    pub = _connect(broker, "pub")
+    pub = connect_peer(broker, "pub")
     pub.send(Publish(topic, body, qos, packet_id=1))
     await _until(lambda: bool(pub.inbox))
     if qos == 2:
@@ -806,7 +720,7 @@ def test_subscribing_again_does_not_interrupt_a_message_in_flight(tmp_path: Path
         [info] = broker.box.topics.subscriptions()
         assert (info.counts.ready, info.counts.locked, info.counts.dead) == (0, 0, 0)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -820,11 +734,11 @@ def test_subscribing_again_sends_the_retained_message_whose_live_copy_is_in_flig
     in flight: it waited there, unsent, until the client acknowledged the live one."""
 
     async def test(broker: Broker) -> None:
-        sub = _connect(broker, "sub", expiry=expiry)
+        sub = connect_peer(broker, "sub", expiry=expiry)
         sub.send(Subscribe(1, (Subscription("rs/#", qos),)))
         await _until(lambda: any(isinstance(p, Suback) for p in sub.inbox))
         sub.take()
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("rs/a", b"kept", qos, retain=True, packet_id=1))
         if qos == 2:
             await _until(lambda: pub.inbox == [Pubrec(1)])
@@ -852,7 +766,7 @@ def test_subscribing_again_sends_the_retained_message_whose_live_copy_is_in_flig
         for info in broker.box.topics.subscriptions():
             assert (info.counts.ready, info.counts.locked, info.counts.dead) == (0, 0, 0)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_retained_messages_to_many_topics_leave_nothing_kept_per_topic(tmp_path: Path) -> None:
@@ -860,7 +774,7 @@ def test_retained_messages_to_many_topics_leave_nothing_kept_per_topic(tmp_path:
     a number in retained_order.py for as long as the server ran (found by bench/soak.py)."""
 
     async def test(broker: Broker) -> None:
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for n in range(30):
             qos, packet_id = n % 3, (n + 1 if n % 3 else None)
             pub.send(Publish(f"state/{n}", b"on", qos, retain=True, packet_id=packet_id))
@@ -876,7 +790,7 @@ def test_retained_messages_to_many_topics_leave_nothing_kept_per_topic(tmp_path:
         await asyncio.sleep(0.05)  # the Will's turn runs on the loop after its write
         assert broker._publishing._retained_order.held() == 0
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["memory", "dropbox"])
@@ -898,7 +812,7 @@ def test_a_publish_over_the_clients_maximum_packet_size_is_done_with_as_if_sent(
         sub.send(Connect("small", V5, clean_start=True, properties=props))
         sub.send(Subscribe(1, (Subscription("u/#", 1),)))
         assert [type(p) for p in sub.take()] == [Connack, Suback]
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("u/x", b"X" * 500, 1, packet_id=1))
         pub.send(Publish("u/x", b"small", 1, packet_id=2))
         await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
@@ -913,7 +827,7 @@ def test_a_publish_over_the_clients_maximum_packet_size_is_done_with_as_if_sent(
             [info] = broker.box.topics.subscriptions()
             assert (info.counts.ready, info.counts.dead) == (0, 0)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_will_the_acl_refuses_is_logged_as_refused_not_as_sent(
@@ -934,7 +848,7 @@ def test_a_will_the_acl_refuses_is_logged_as_refused_not_as_sent(
         assert watcher.take() == []
 
     with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-        _run(tmp_path, test, settings=MqttSettings(authorizer=acl))
+        run_broker(tmp_path, test, settings=MqttSettings(authorizer=acl))
     lines = [r.getMessage() for r in caplog.records if "dev-17" in r.getMessage()]
     assert "client dev-17 may not publish its will to alarm/dev-17" in lines
     assert not [line for line in lines if "sending its will" in line]
@@ -958,18 +872,18 @@ def test_qos_2_messages_refused_by_the_exactly_once_limits_are_logged_per_client
         return [p.reason for p in peer.take() if isinstance(p, Pubrec)]
 
     async def test(broker: Broker) -> None:
-        flood = _connect(broker, "flood")
+        flood = connect_peer(broker, "flood")
         assert held_then_refused(flood, 1, 3) == [ReasonCode.SUCCESS, quota, quota]
-        again = _connect(broker, "flood")  # a new connection, its clean session: one is held
+        again = connect_peer(broker, "flood")  # a new connection, its clean session: one is held
         assert held_then_refused(again, 1, 2) == [ReasonCode.SUCCESS, quota]
-        other = _connect(broker, "other")
+        other = connect_peer(broker, "other")
         assert held_then_refused(other, 1, 2) == [ReasonCode.SUCCESS, quota]
         clock.advance(61)
         assert held_then_refused(again, 3, 1) == [quota]
 
     limits = ExactlyOnceLimits(max_pending_per_source=1)
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
-        _run(tmp_path, test, clock, exactly_once=limits)
+        run_broker(tmp_path, test, clock, exactly_once=limits)
     told = [r.getMessage() for r in caplog.records if "QoS 2 message refused" in r.getMessage()]
     assert [r.levelno for r in caplog.records if r.getMessage() in told] == [logging.WARNING] * 3
     assert [line.split(":")[0] for line in told] == ["client flood", "client other", "client flood"]
@@ -994,11 +908,11 @@ def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute
         return [p.reason for p in peer.take() if isinstance(p, Puback)]
 
     async def test(broker: Broker) -> None:
-        stuck = _connect(broker, "stuck")
+        stuck = connect_peer(broker, "stuck")
         stuck.send(Publish("iu/a", b"two", 2, packet_id=7))
         assert [type(p) for p in stuck.take()] == [Pubrec]
         assert refused(stuck, 3) == [in_use] * 3
-        other = _connect(broker, "other")
+        other = connect_peer(broker, "other")
         other.send(Publish("iu/a", b"two", 2, packet_id=7))
         other.take()
         assert refused(other, 1) == [in_use]
@@ -1006,7 +920,7 @@ def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute
         assert refused(stuck, 1) == [in_use]
 
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
-        _run(tmp_path, test, clock)
+        run_broker(tmp_path, test, clock)
     told = [r.getMessage() for r in caplog.records if "refused (0x91)" in r.getMessage()]
     assert [line.split(":")[0] for line in told] == ["client stuck", "client other", "client stuck"]
     assert "reuses packet id 7" in told[0]
@@ -1023,7 +937,7 @@ def test_a_qos_2_repeat_and_a_qos_1_reuse_in_one_read_are_answered_in_turn(
     those not yet held (`Session.entering_release`) comes back to none."""
 
     async def test(broker: Broker) -> None:
-        peer = _connect(broker, "again", expiry=60)
+        peer = connect_peer(broker, "again", expiry=60)
         two = Publish("ag/a", b"two", 2, packet_id=7)
         peer.send(two, replace(two, dup=True), Publish("ag/a", b"one", 1, packet_id=7))
         await _until(lambda: len(peer.inbox) == 3)
@@ -1037,7 +951,7 @@ def test_a_qos_2_repeat_and_a_qos_1_reuse_in_one_read_are_answered_in_turn(
         assert list(session.awaiting_release) == [7]
 
     with caplog.at_level(logging.WARNING, logger="boxmq"):
-        _run(tmp_path, test)
+        run_broker(tmp_path, test)
     assert [r.getMessage() for r in caplog.records] == []
 
 
@@ -1057,7 +971,7 @@ def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
             assert connack.reason is ReasonCode.BAD_AUTHENTICATION_METHOD
 
     with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-        _run(tmp_path, test)
+        run_broker(tmp_path, test)
     assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
         "client 'dev-9' (user 'carol', from memory) refused: bad authentication method (0x8c)",
         "client 'dev-9' (no user name, from memory) refused: bad authentication method (0x8c)",
@@ -1122,7 +1036,7 @@ def test_response_information_is_filled_in_for_a_client_that_asks(
         else:
             assert got == told
 
-    _run(tmp_path, test, settings=MqttSettings(response_information="reply/%u/%c/"))
+    run_broker(tmp_path, test, settings=MqttSettings(response_information="reply/%u/%c/"))
 
 
 @pytest.mark.parametrize(("limit", "told"), [(64, False), (1024, True)])
@@ -1143,7 +1057,7 @@ def test_a_connack_over_the_clients_maximum_packet_size_goes_without_response_in
         assert (connack.properties.response_information is not None) is told
         assert connack.properties.topic_alias_maximum == Limits().topic_alias_maximum  # kept
 
-    _run(tmp_path, test, settings=MqttSettings(response_information="reply/%c/"))
+    run_broker(tmp_path, test, settings=MqttSettings(response_information="reply/%c/"))
 
 
 def test_a_connack_over_the_clients_maximum_packet_size_goes_without_the_availabilities(
@@ -1171,7 +1085,7 @@ def test_a_connack_over_the_clients_maximum_packet_size_goes_without_the_availab
         assert got.retain_available is None  # left out: available
         assert got.shared_subscription_available is None
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize(
@@ -1207,13 +1121,13 @@ def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
                 properties=Properties.build(session_expiry_interval=expiry),
             )
         )
-        _connect(broker, "w", expiry=600, clean=clean)
+        connect_peer(broker, "w", expiry=600, clean=clean)
         assert old.take()[-1] == Disconnect(ReasonCode.SESSION_TAKEN_OVER)
         await asyncio.sleep(0.1)
         got = [p.payload for p in watcher.take() if isinstance(p, Publish)]
         assert got == ([b"gone"] if sent else [])
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_an_invalid_disconnect_does_not_delete_the_will(tmp_path: Path) -> None:
@@ -1233,7 +1147,7 @@ def test_an_invalid_disconnect_does_not_delete_the_will(tmp_path: Path) -> None:
         await asyncio.sleep(0.1)
         assert [p.payload for p in watcher.take() if isinstance(p, Publish)] == [b"gone"]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize(
@@ -1263,7 +1177,7 @@ def test_only_a_normal_disconnect_discards_the_will(
         got = [p.payload for p in watcher.take() if isinstance(p, Publish)]
         assert got == ([b"gone"] if sent else [])
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_session_expiry_of_never_is_capped_and_told_in_connack(tmp_path: Path) -> None:
@@ -1272,7 +1186,7 @@ def test_a_session_expiry_of_never_is_capped_and_told_in_connack(tmp_path: Path)
         limit = broker.limits.max_session_expiry
         assert connack.properties.session_expiry_interval == limit
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_311_persistent_session_ends_max_session_expiry_after_its_client_left(
@@ -1291,7 +1205,7 @@ def test_a_311_persistent_session_ends_max_session_expiry_after_its_client_left(
         assert record is not None
         assert record.expiry == 600
 
-    _run(tmp_path, test, settings=settings)
+    run_broker(tmp_path, test, settings=settings)
 
 
 def test_a_session_away_ends_when_the_brokers_clock_passes_its_expiry(tmp_path: Path) -> None:
@@ -1312,7 +1226,7 @@ def test_a_session_away_ends_when_the_brokers_clock_passes_its_expiry(tmp_path: 
         assert read_record(str(tmp_path / "root"), "away") is None
         assert _subscribed(broker, consumer_name("away")) == []
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def _will_sent(watcher: Peer) -> list[bytes]:
@@ -1359,7 +1273,7 @@ def test_a_delayed_will_goes_when_the_brokers_clock_passes_its_delay(tmp_path: P
         assert record is not None
         assert (record.will, record.will_due) == (None, None)  # sent: a restart sends none
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_clock_stepped_forward_neither_sends_a_delayed_will_nor_ends_its_session_early(
@@ -1387,7 +1301,7 @@ def test_a_clock_stepped_forward_neither_sends_a_delayed_will_nor_ends_its_sessi
         assert _will_sent(watcher) == [b"gone"]
         assert "dev" in broker._sessions  # its end is 60 s after it left, the step aside
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_will_delayed_past_its_session_goes_at_its_end_on_the_brokers_clock(
@@ -1407,7 +1321,7 @@ def test_a_will_delayed_past_its_session_goes_at_its_end_on_the_brokers_clock(
         await _until(lambda: bool(watcher.inbox))
         assert _will_sent(watcher) == [b"gone"]
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_will_due_while_the_server_stops_goes_at_the_next_start(tmp_path: Path) -> None:
@@ -1424,18 +1338,18 @@ def test_a_will_due_while_the_server_stops_goes_at_the_next_start(tmp_path: Path
         clock.advance(31)  # due, and the server stops before its next tick
 
     async def then(broker: Broker) -> None:
-        watcher = _connect(broker, "watcher", expiry=600, clean=False)
+        watcher = connect_peer(broker, "watcher", expiry=600, clean=False)
         await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
         await asyncio.sleep(0.05)  # a second copy would come with it
         [will] = [p for p in watcher.take() if isinstance(p, Publish)]
         assert (will.topic, will.payload) == ("will/dev", b"gone")
         await _until(lambda: (read_record(root, "dev") or SessionRecord("", 0)).will is None)
 
-    _run(tmp_path, first, clock)
+    run_broker(tmp_path, first, clock)
     record = read_record(root, "dev")
     assert record is not None
     assert record.will is not None  # not sent at the stop
-    _run(tmp_path, then, clock)
+    run_broker(tmp_path, then, clock)
 
 
 def _taken_on_elsewhere(root: Path, client_id: str) -> None:
@@ -1469,7 +1383,7 @@ def test_a_session_kept_here_and_taken_on_by_another_server_is_let_go_at_its_exp
         assert read_record(str(tmp_path / "root"), "roamer") is not None
         assert _subscribed(broker, consumer_name("roamer")) == ["news/#"]
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_session_kept_here_and_taken_on_by_another_server_is_resumed_from_the_disk(
@@ -1479,16 +1393,16 @@ def test_a_session_kept_here_and_taken_on_by_another_server_is_resumed_from_the_
     since acknowledged there) is let go, and the session read from the disk."""
 
     async def test(broker: Broker) -> None:
-        roamer = _connect(broker, "roamer", expiry=600)
+        roamer = connect_peer(broker, "roamer", expiry=600)
         roamer.close()
         stale = broker._sessions["roamer"]
         _taken_on_elsewhere(tmp_path / "root", "roamer")
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-            _connect(broker, "roamer", expiry=600, clean=False)
+            connect_peer(broker, "roamer", expiry=600, clean=False)
         assert broker._sessions["roamer"] is not stale
         assert "client roamer: its session is held by another server" in caplog.text
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def _in_two_lives(
@@ -1500,8 +1414,8 @@ def _in_two_lives(
 ) -> None:
     """Run `first` on a broker, shut it down, then `then` on a new one over the same root (a
     restart: nothing but the disk carries over), whose clock is `later` seconds on."""
-    _run(tmp_path, first)
-    _run(tmp_path, then, ManualClock(time.time() + later) if later else None)
+    run_broker(tmp_path, first)
+    run_broker(tmp_path, then, ManualClock(time.time() + later) if later else None)
 
 
 def _subscribed(broker: Broker, client_id: str) -> list[str]:
@@ -1513,10 +1427,10 @@ def test_a_restart_keeps_a_publishers_qos2_awaiting_pubrel(tmp_path: Path) -> No
     present (so it keeps its PUBREL, MQTT 5.0 §4.4) and PUBREL delivers the message."""
 
     async def first(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600)
+        keeper = connect_peer(broker, "keeper", expiry=600)
         keeper.send(Subscribe(1, (Subscription("nr/#", 2),)))
         keeper.send(Disconnect())
-        pub = _connect(broker, "pubp", expiry=600)
+        pub = connect_peer(broker, "pubp", expiry=600)
         pub.send(Publish("nr/q2", b"stored", 2, packet_id=10))
         await _until(lambda: pub.inbox == [Pubrec(10)])
 
@@ -1526,7 +1440,7 @@ def test_a_restart_keeps_a_publishers_qos2_awaiting_pubrel(tmp_path: Path) -> No
         pub.send(Pubrel(10))
         await _until(lambda: bool(pub.inbox))
         assert pub.take() == [Pubcomp(10)]
-        keeper = _connect(broker, "keeper", expiry=600, clean=False)
+        keeper = connect_peer(broker, "keeper", expiry=600, clean=False)
         await _until(lambda: any(isinstance(p, Publish) for p in keeper.inbox))
         assert [p.payload for p in keeper.take() if isinstance(p, Publish)] == [b"stored"]
 
@@ -1535,12 +1449,12 @@ def test_a_restart_keeps_a_publishers_qos2_awaiting_pubrel(tmp_path: Path) -> No
 
 def test_a_restart_keeps_no_local_on_a_persistent_subscription(tmp_path: Path) -> None:
     async def first(broker: Broker) -> None:
-        own = _connect(broker, "own", expiry=600)
+        own = connect_peer(broker, "own", expiry=600)
         own.send(Subscribe(1, (Subscription("s/#", 1, no_local=True),)))
         assert own.take() == [Suback(1, (ReasonCode.GRANTED_QOS_1,))]
 
     async def then(broker: Broker) -> None:
-        own = _connect(broker, "own", expiry=600, clean=False)
+        own = connect_peer(broker, "own", expiry=600, clean=False)
         own.send(Publish("s/mine", b"mine", 1, packet_id=1))
         await _publish(broker, "s/theirs", b"theirs", 1)
         await _until(lambda: any(isinstance(p, Publish) for p in own.inbox))
@@ -1555,12 +1469,12 @@ def test_a_pubrel_for_nothing_stored_gets_pubcomp_0x92(tmp_path: Path) -> None:
     or lost) is told so: PUBCOMP "Packet Identifier not found" (MQTT 5.0 §3.7.2.1)."""
 
     async def test(broker: Broker) -> None:
-        pub = _connect(broker, "pubp", expiry=600)
+        pub = connect_peer(broker, "pubp", expiry=600)
         pub.send(Pubrel(77))
         await _until(lambda: bool(pub.inbox))
         assert pub.take() == [Pubcomp(77, ReasonCode.PACKET_IDENTIFIER_NOT_FOUND)]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 async def _exchange_qos2(pub: Peer, publish: Publish) -> None:
@@ -1583,11 +1497,11 @@ def test_a_restart_goes_on_with_the_packet_ids_where_a_clean_close_left_them(
     after those, where they started again at 1 (session_record.py: `next_packet_id`)."""
 
     async def first(broker: Broker) -> None:
-        device = _connect(broker, "device", expiry=600)
+        device = connect_peer(broker, "device", expiry=600)
         device.send(Subscribe(1, (Subscription("ids/#", 2),)))
         await _until(lambda: any(isinstance(p, Suback) for p in device.inbox))
         device.take()
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for n in range(1, 4):
             await _exchange_qos2(pub, Publish(f"ids/{n}", b"m", 2, packet_id=n))
             await _until(lambda: any(isinstance(p, Publish) for p in device.inbox))
@@ -1600,8 +1514,8 @@ def test_a_restart_goes_on_with_the_packet_ids_where_a_clean_close_left_them(
         device.send(Disconnect())  # nothing in flight: the record names no packet id
 
     async def then(broker: Broker) -> None:
-        device = _connect(broker, "device", expiry=600, clean=False)
-        pub = _connect(broker, "pub")
+        device = connect_peer(broker, "device", expiry=600, clean=False)
+        pub = connect_peer(broker, "pub")
         await _exchange_qos2(pub, Publish("ids/4", b"new", 2, packet_id=1))
         await _until(lambda: any(isinstance(p, Publish) for p in device.inbox))
         [publish] = [p for p in device.take() if isinstance(p, Publish)]
@@ -1620,7 +1534,7 @@ def test_pubrels_for_messages_settled_before_a_restart_go_in_the_order_they_were
     id, so ids that wrapped (65535, then 1) went 1 first."""
 
     async def first(broker: Broker) -> None:
-        device = _connect(broker, "device", expiry=600)
+        device = connect_peer(broker, "device", expiry=600)
         device.send(Subscribe(1, (Subscription("jobs/#", 2),)))
         await _until(lambda: any(isinstance(p, Suback) for p in device.inbox))
         for n in range(2):
@@ -1628,7 +1542,7 @@ def test_pubrels_for_messages_settled_before_a_restart_go_in_the_order_they_were
         await _until(lambda: sum(isinstance(p, Publish) for p in device.inbox) == 2)
         device.send(Disconnect())  # its record names both, not answered
 
-    _run(tmp_path, first)
+    run_broker(tmp_path, first)
     root = tmp_path / "root"
     record = read_record(str(root), "device")
     assert record is not None
@@ -1644,11 +1558,11 @@ def test_pubrels_for_messages_settled_before_a_restart_go_in_the_order_they_were
                 os.unlink(os.path.join(folder, name))
 
     async def then(broker: Broker) -> None:
-        device = _connect(broker, "device", expiry=600, clean=False)
+        device = connect_peer(broker, "device", expiry=600, clean=False)
         await _until(lambda: len(device.inbox) == 2)
         assert device.take() == [Pubrel(65_535), Pubrel(1)]
 
-    _run(tmp_path, then)
+    run_broker(tmp_path, then)
 
 
 @pytest.mark.parametrize("fsync", ["never", "always"])
@@ -1663,10 +1577,10 @@ def test_a_pubrel_read_just_before_the_session_ends_still_delivers_its_message(
     packet id is a new one, after it."""
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
+        member = connect_peer(broker, "member")
         member.send(Subscribe(1, (Subscription("$share/g/jobs/#", 2),)))
         await _until(lambda: member.take() == [Suback(1, (ReasonCode.GRANTED_QOS_2,))])
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("jobs/1", b"first", 2, packet_id=1))
         await _until(lambda: pub.inbox == [Pubrec(1)])
         pub.send(Pubrel(1))
@@ -1675,14 +1589,14 @@ def test_a_pubrel_read_just_before_the_session_ends_still_delivers_its_message(
         elif then == "close":
             pub.close()
         else:
-            pub = _connect(broker, "pub")  # clean start: the old session ends now
+            pub = connect_peer(broker, "pub")  # clean start: the old session ends now
             await _exchange_qos2(pub, Publish("jobs/2", b"second", 2, packet_id=1))
         expected = [b"first"] if then != "takeover" else [b"first", b"second"]
         await _until(lambda: len(member.inbox) >= len(expected))
         await asyncio.sleep(0.2)  # and nothing more (member answers nothing: no PUBREL comes)
         assert [p.payload for p in member.take() if isinstance(p, Publish)] == expected
 
-    _run(tmp_path, test, fsync=fsync)
+    run_broker(tmp_path, test, fsync=fsync)
 
 
 def _before_writing(
@@ -1717,15 +1631,15 @@ def test_a_pubrel_on_a_new_connection_then_the_sessions_end_delivers_its_message
     _before_writing(monkeypatch, "slow", lambda: slow.wait(20))
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
+        member = connect_peer(broker, "member")
         member.send(Subscribe(1, (Subscription("$share/g/jobs/#", 2),)))
         await _until(lambda: member.take() == [Suback(1, (ReasonCode.GRANTED_QOS_2,))])
-        first = _connect(broker, "pub", expiry=100)
+        first = connect_peer(broker, "pub", expiry=100)
         first.send(Publish("jobs/1", b"work", 2, packet_id=1))
         await _until(lambda: first.take() == [Pubrec(1)])
         first.send(Publish("slow", b"r", 1, retain=True, packet_id=2))  # held up on disk
         first.close()
-        again = _connect(broker, "pub", expiry=100, clean=False)
+        again = connect_peer(broker, "pub", expiry=100, clean=False)
         again.send(Pubrel(1), Disconnect(properties=Properties.build(session_expiry_interval=0)))
         slow.set()
         await _until(lambda: bool(again.inbox))
@@ -1733,7 +1647,7 @@ def test_a_pubrel_on_a_new_connection_then_the_sessions_end_delivers_its_message
         await _until(lambda: bool(member.inbox))
         assert [p.payload for p in member.take() if isinstance(p, Publish)] == [b"work"]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize("version", [V5, ProtocolVersion.V311], ids=["v5", "v311"])
@@ -1769,7 +1683,7 @@ def test_a_publish_whose_store_call_fails_unexpectedly_is_answered_as_not_stored
             (2, ReasonCode.SUCCESS),
         ]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize("then", ["disconnect", "takeover"])
@@ -1782,10 +1696,10 @@ def test_packets_held_behind_a_subscribe_still_count_when_the_connection_ends(
     got PUBREC was lost, and the Will went out after a normal DISCONNECT."""
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")
+        member = connect_peer(broker, "member")
         member.send(Subscribe(1, (Subscription("$share/g/jobs/#", 2),)))
         await _until(lambda: member.take() == [Suback(1, (ReasonCode.GRANTED_QOS_2,))])
-        watcher = _connect(broker, "watcher")
+        watcher = connect_peer(broker, "watcher")
         watcher.send(Subscribe(1, (Subscription("will/#", 1),)))
         await _until(lambda: bool(watcher.take()))
         pub = Peer(broker)
@@ -1799,14 +1713,14 @@ def test_packets_held_behind_a_subscribe_still_count_when_the_connection_ends(
             pub.close()  # as a client does after DISCONNECT, before the SUBACK came
         else:
             pub.send(waits, Pubrel(1))
-            _connect(broker, "pub")  # a takeover, clean start: the Will goes out
+            connect_peer(broker, "pub")  # a takeover, clean start: the Will goes out
         await _until(lambda: bool(member.inbox))
         assert [p.payload for p in member.take() if isinstance(p, Publish)] == [b"work"]
         await asyncio.sleep(0.2)
         wills = [p.payload for p in watcher.take() if isinstance(p, Publish)]
         assert wills == ([] if then == "disconnect" else [b"gone"])
 
-    _run(tmp_path, test, fsync="always")
+    run_broker(tmp_path, test, fsync="always")
 
 
 def test_a_record_written_behind_the_sessions_end_does_not_bring_it_back(tmp_path: Path) -> None:
@@ -1827,7 +1741,7 @@ def test_a_record_written_behind_the_sessions_end_does_not_bring_it_back(tmp_pat
         await _until(lambda: any(isinstance(p, Unsuback) for p in pub.inbox))  # written
         await _until(lambda: read_record(root, "pub") is None)
 
-    _run(tmp_path, test, fsync="always")
+    run_broker(tmp_path, test, fsync="always")
 
 
 @pytest.mark.parametrize("second", ["publish", "will"])
@@ -1842,7 +1756,7 @@ def test_a_reconnected_client_does_not_overtake_what_its_last_connection_sent(
 
     async def test(broker: Broker) -> None:
         sub = _subscriber(broker, "sub", "status/#", 1)
-        first = _connect(broker, "pub", expiry=100)
+        first = connect_peer(broker, "pub", expiry=100)
         first.send(Publish("status/pub", b"one", 1, retain=True, packet_id=1))
         first.close()
         will = Will("status/pub", b"two", 1) if second == "will" else None
@@ -1856,7 +1770,7 @@ def test_a_reconnected_client_does_not_overtake_what_its_last_connection_sent(
         await _until(lambda: len([p for p in sub.inbox if isinstance(p, Publish)]) >= 2)
         assert [p.payload for p in sub.take() if isinstance(p, Publish)] == [b"one", b"two"]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_subscribing_again_after_resuming_with_expiry_0_keeps_the_waiting_messages(
@@ -1868,10 +1782,10 @@ def test_subscribing_again_after_resuming_with_expiry_0_keeps_the_waiting_messag
     (MQTT-3.8.4-3: replacing a subscription loses nothing)."""
 
     async def test(broker: Broker) -> None:
-        away = _connect(broker, "s", expiry=100)
+        away = connect_peer(broker, "s", expiry=100)
         away.send(Subscribe(1, (Subscription("a", 1),)))
         away.send(Disconnect())
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for n in range(5):
             pub.send(Publish("a", b"m%d" % n, 1, packet_id=n + 1))
         await _until(lambda: len(pub.inbox) == 5)
@@ -1887,7 +1801,7 @@ def test_subscribing_again_after_resuming_with_expiry_0_keeps_the_waiting_messag
                     back.send(Puback(packet.packet_id or 0))
         assert got == [b"m%d" % n for n in range(5)]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_session_resumed_with_a_smaller_receive_maximum_gets_its_messages_within_it(
@@ -1900,7 +1814,7 @@ def test_a_session_resumed_with_a_smaller_receive_maximum_gets_its_messages_with
     async def test(broker: Broker) -> None:
         away, _ = _connack(broker, "s", session_expiry_interval=100, receive_maximum=4)
         away.send(Subscribe(1, (Subscription("a", 1),)))
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for n in range(6):
             pub.send(Publish("a", b"m%d" % n, 1, packet_id=n + 1))
         await _until(lambda: len([p for p in away.inbox if isinstance(p, Publish)]) == 4)
@@ -1921,7 +1835,7 @@ def test_a_session_resumed_with_a_smaller_receive_maximum_gets_its_messages_with
         assert [p.payload for p in got] == [b"m%d" % n for n in range(6)]
         assert [p.dup for p in got] == [True] * 4 + [False] * 2
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize(
@@ -1937,14 +1851,14 @@ def test_no_local_holds_back_a_persistent_sessions_own_qos2_messages(
     on both sides)."""
 
     async def test(broker: Broker) -> None:
-        me = _connect(broker, client_id, expiry=100)
+        me = connect_peer(broker, client_id, expiry=100)
         me.send(Subscribe(1, (Subscription("a", 2, no_local=True),)))
         me.take()
         me.send(Publish("a", b"mine", 2, packet_id=1))
         await _until(lambda: me.take() == [Pubrec(1)])
         me.send(Pubrel(1))
         await _until(lambda: Pubcomp(1) in me.inbox)
-        other = _connect(broker, "other")
+        other = connect_peer(broker, "other")
         other.send(Publish("a", b"theirs", 2, packet_id=1))
         await _until(lambda: other.take() == [Pubrec(1)])
         other.send(Pubrel(1))
@@ -1952,7 +1866,7 @@ def test_no_local_holds_back_a_persistent_sessions_own_qos2_messages(
         payloads = [p.payload for p in me.take() if isinstance(p, Publish)]
         assert payloads == [b"theirs"]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize("through_intake", [False, True], ids=["memory", "intake"])
@@ -1966,11 +1880,11 @@ def test_the_wait_for_pubrel_counts_against_a_qos2_messages_expiry(
 
     async def test(broker: Broker) -> None:
         if through_intake:  # a persistent subscriber away: QoS 2 goes through the disk
-            away = _connect(broker, "away", expiry=100)
+            away = connect_peer(broker, "away", expiry=100)
             away.send(Subscribe(1, (Subscription("e/#", 2),)))
             away.send(Disconnect())
         sub = _subscriber(broker, "sub", "e/#", 2)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for packet_id, (topic, seconds) in enumerate([("e/old", 1), ("e/new", 10)], start=1):
             props = Properties.build(message_expiry_interval=seconds)
             pub.send(Publish(topic, b"x", 2, packet_id=packet_id, properties=props))
@@ -1984,7 +1898,7 @@ def test_the_wait_for_pubrel_counts_against_a_qos2_messages_expiry(
         got = [p for p in sub.take() if isinstance(p, Publish)]
         assert [(p.topic, p.properties.message_expiry_interval) for p in got] == [("e/new", 7)]
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 @pytest.mark.parametrize("reconnect", [True, False], ids=["after-reconnect", "same-connection"])
@@ -1999,13 +1913,13 @@ def test_a_retained_qos2_message_sent_again_during_its_write_is_routed_once(
     async def test(broker: Broker) -> None:
         sub = _subscriber(broker, "sub", "r/#", 2)
         for attempt in range(5):
-            pub = _connect(broker, "p", expiry=100, clean=attempt == 0)
+            pub = connect_peer(broker, "p", expiry=100, clean=attempt == 0)
             first = Publish(f"r/{attempt}", b"v", 2, retain=True, packet_id=1)
             repeat = Publish(f"r/{attempt}", b"v", 2, retain=True, dup=True, packet_id=1)
             if reconnect:
                 pub.send(first)
                 pub.close()
-                pub = _connect(broker, "p", expiry=100, clean=False)
+                pub = connect_peer(broker, "p", expiry=100, clean=False)
                 pub.send(repeat)
             else:
                 pub.send(first, repeat)
@@ -2018,7 +1932,7 @@ def test_a_retained_qos2_message_sent_again_during_its_write_is_routed_once(
         got = [p.topic for p in sub.take() if isinstance(p, Publish)]
         assert got == [f"r/{n}" for n in range(5)]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 @pytest.mark.parametrize("fsync", ["never", "always"])
@@ -2031,10 +1945,10 @@ def test_a_shutdown_answers_what_it_stored_before_it_disconnects(
     restart (found by an audit: a SIGTERM gave as many duplicates as a SIGKILL)."""
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")  # a share group: what "pub" sends is written
+        member = connect_peer(broker, "member")  # a share group: what "pub" sends is written
         member.send(Subscribe(1, (Subscription("$share/g/a", 1),)))
         await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(*[Publish("a", b"m%d" % n, 1, packet_id=n + 1) for n in range(5)])
         await broker.close()
         *answers, last = pub.take()
@@ -2042,7 +1956,7 @@ def test_a_shutdown_answers_what_it_stored_before_it_disconnects(
         assert isinstance(last, Disconnect)
         assert last.reason is ReasonCode.SERVER_SHUTTING_DOWN
 
-    _run(tmp_path, test, fsync=fsync)
+    run_broker(tmp_path, test, fsync=fsync)
 
 
 @pytest.mark.parametrize("gathers", [False, True])
@@ -2056,7 +1970,7 @@ def test_a_shutdown_answers_a_publish_held_behind_a_subscribe_before_it_disconne
     DISCONNECT, and the publisher sent the message again after the restart."""
 
     async def test(broker: Broker) -> None:
-        member = _connect(broker, "member")  # a share group: what "pub" sends is written
+        member = connect_peer(broker, "member")  # a share group: what "pub" sends is written
         member.send(Subscribe(1, (Subscription("$share/g/a", 1),)))
         await _until(lambda: any(isinstance(p, Suback) for p in member.inbox))
         pub = Peer(broker)
@@ -2070,7 +1984,7 @@ def test_a_shutdown_answers_a_publish_held_behind_a_subscribe_before_it_disconne
         await broker.close()
         assert [type(packet) for packet in pub.take()] == [Suback, Puback, Disconnect]
 
-    _run(tmp_path, test, fsync="always")
+    run_broker(tmp_path, test, fsync="always")
 
 
 def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake(
@@ -2082,19 +1996,19 @@ def test_a_client_id_spelled_like_a_long_ids_name_does_not_share_its_qos2_intake
     long_id = "sensor.kitchen.temperature.building-7.floor-3.room-12"
 
     async def test(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=100)
+        keeper = connect_peer(broker, "keeper", expiry=100)
         keeper.send(Subscribe(1, (Subscription("t/#", 2),)))
         keeper.send(Disconnect())  # away: QoS 2 for it goes through the intake on disk
-        victim = _connect(broker, long_id)
+        victim = connect_peer(broker, long_id)
         victim.send(Publish("t/v", b"from the long id", 2, packet_id=1))
         await _until(lambda: victim.take() == [Pubrec(1)])
-        other = _connect(broker, consumer_name(long_id))
+        other = connect_peer(broker, consumer_name(long_id))
         other.send(Disconnect())  # its session ends, and what it awaits PUBREL for with it
         victim.send(Pubrel(1))
         await _until(lambda: bool(victim.inbox))
         assert victim.take() == [Pubcomp(1)]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 class _RecordReader(Peer):
@@ -2127,7 +2041,7 @@ def test_a_persistent_session_record_names_qos2_packet_ids_before_they_are_sent(
         device.send(Connect("device", V5, clean_start=True, properties=props))
         device.send(Subscribe(1, (Subscription("jobs/#", 2),)))
         await _until(lambda: any(isinstance(p, Suback) for p in device.inbox))
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for n in range(1, 4):
             await _exchange_qos2(pub, Publish(f"jobs/{n}", f"m{n}".encode(), 2, packet_id=n))
         await _until(lambda: sum(isinstance(p, Publish) for p in device.inbox) == 3)
@@ -2145,7 +2059,7 @@ def test_a_persistent_session_record_names_qos2_packet_ids_before_they_are_sent(
             assert record is not None
             assert pubrel.packet_id in record.releasing
 
-    _run(tmp_path, test, fsync=fsync)
+    run_broker(tmp_path, test, fsync=fsync)
 
 
 def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Path) -> None:
@@ -2155,10 +2069,10 @@ def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Pa
     routed at its PUBLISH, and a restart before PUBREC forgot so: a second copy)."""
 
     async def first(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600)
+        keeper = connect_peer(broker, "keeper", expiry=600)
         keeper.send(Subscribe(1, (Subscription("ret/#", 2),)))
         keeper.send(Disconnect())
-        pub = _connect(broker, "pubp", expiry=600)
+        pub = connect_peer(broker, "pubp", expiry=600)
         pub.send(Publish("ret/q2", b"kept", 2, retain=True, packet_id=11))
         await _until(lambda: bool(pub.inbox))
         assert pub.take() == [Pubrec(11)]
@@ -2166,18 +2080,18 @@ def test_a_retained_qos2_message_that_got_pubrec_survives_a_restart(tmp_path: Pa
         assert pub.take() == [Pubrec(11)]  # a repeat: answered again
 
     async def then(broker: Broker) -> None:
-        pub = _connect(broker, "pubp", expiry=600, clean=False)
+        pub = connect_peer(broker, "pubp", expiry=600, clean=False)
         pub.send(Publish("ret/q2", b"kept", 2, retain=True, dup=True, packet_id=11))
         await _until(lambda: bool(pub.inbox))
         assert pub.take() == [Pubrec(11)]
         pub.send(Pubrel(11))
         await _until(lambda: bool(pub.inbox))
         assert pub.take() == [Pubcomp(11)]
-        keeper = _connect(broker, "keeper", expiry=600, clean=False)
+        keeper = connect_peer(broker, "keeper", expiry=600, clean=False)
         await _until(lambda: any(isinstance(p, Publish) for p in keeper.inbox))
         await asyncio.sleep(0.2)  # a second copy, if any, follows its first at once
         assert [p.payload for p in keeper.take() if isinstance(p, Publish)] == [b"kept"]
-        late = _connect(broker, "late")
+        late = connect_peer(broker, "late")
         late.send(Subscribe(1, (Subscription("ret/#", 2),)))
         await _until(lambda: any(isinstance(p, Publish) for p in late.inbox))
         [retained] = [p for p in late.take() if isinstance(p, Publish)]
@@ -2254,8 +2168,8 @@ def test_a_subscribe_while_a_retained_message_is_written_gets_it_once(
             held = _HeldWrites(broker._publishing.write, "r/t")
             monkeypatch.setattr(broker._publishing, "write", held)
         early = _subscriber(broker, "early", "r/#", 2)
-        pub = _connect(broker, "pub", expiry=expiry)
-        late = _connect(broker, "late")
+        pub = connect_peer(broker, "pub", expiry=expiry)
+        late = connect_peer(broker, "late")
         pub.send(Publish("r/t", b"one", qos, retain=True, packet_id=None if qos == 0 else 1))
         if qos == 2:
             await _until(lambda: bool(pub.inbox))
@@ -2275,7 +2189,7 @@ def test_a_subscribe_while_a_retained_message_is_written_gets_it_once(
         assert _publishes(late) == [(b"two", False)]
         assert _publishes(early) == [(b"two", False)]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_subscribe_while_a_retained_will_is_written_behind_its_client_gets_it_once(
@@ -2296,7 +2210,7 @@ def test_a_subscribe_while_a_retained_will_is_written_behind_its_client_gets_it_
         pub.close()  # its Will waits behind the message being written
         held.release["r/t"].set()
         await _until(held.done["r/w"].is_set)
-        late = _connect(broker, "late")
+        late = connect_peer(broker, "late")
         late.send(Subscribe(1, (Subscription("r/#", 1),)))
         assert sorted(_publishes(late)) == [(b"gone", True), (b"one", True)]
         held.release["r/w"].set()
@@ -2305,7 +2219,7 @@ def test_a_subscribe_while_a_retained_will_is_written_behind_its_client_gets_it_
         assert _publishes(early) == [(b"one", False), (b"gone", False)]
         assert _publishes(late) == []
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_message_that_expires_while_queued_behind_a_slow_client_is_not_sent(
@@ -2317,7 +2231,7 @@ def test_a_message_that_expires_while_queued_behind_a_slow_client_is_not_sent(
         slow.send(Connect("slow", V5, clean_start=True, properties=props))
         slow.send(Subscribe(1, (Subscription("x", 1),)))
         slow.take()
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("x", b"first", 1, packet_id=1))
         soon = Properties.build(message_expiry_interval=1)
         pub.send(Publish("x", b"expires", 1, packet_id=2, properties=soon))
@@ -2328,7 +2242,7 @@ def test_a_message_that_expires_while_queued_behind_a_slow_client_is_not_sent(
         slow.send(Puback(first.packet_id))
         assert [p for p in slow.take() if isinstance(p, Publish)] == []
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 class _GatedReading:
@@ -2369,8 +2283,8 @@ def test_a_big_retained_subscribe_is_read_off_the_loop_and_its_subscription_wait
         expected = _retained_topics(broker, 2_000)
         gated = _GatedReading(broker.box.topics.retained_reading, after=500)
         monkeypatch.setattr(broker.box.topics, "retained_reading", gated)
-        sub = _connect(broker, "sub")
-        other = _connect(broker, "other")
+        sub = connect_peer(broker, "sub")
+        other = connect_peer(broker, "other")
         sub.send(Subscribe(1, (Subscription("dev/#", 0),)))
         first = sub.take()
         assert isinstance(first[0], Suback)
@@ -2401,7 +2315,7 @@ def test_a_big_retained_subscribe_is_read_off_the_loop_and_its_subscription_wait
             assert live == [b"live"]
         assert got[len(retained) :] == [(payload, False) for payload in live]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_subscriber_gone_while_its_retained_messages_are_read_stops_the_reading(
@@ -2414,12 +2328,12 @@ def test_a_subscriber_gone_while_its_retained_messages_are_read_stops_the_readin
         _retained_topics(broker, 1_000)
         gated = _GatedReading(broker.box.topics.retained_reading, after=300)
         monkeypatch.setattr(broker.box.topics, "retained_reading", gated)
-        sub = _connect(broker, "sub")
+        sub = connect_peer(broker, "sub")
         sub.send(Subscribe(1, (Subscription("dev/#", 1),)))
         await _until(gated.waiting.is_set)
         await _until(lambda: len(sub.inbox) >= 301)  # SUBACK, 300 before the wait
         sub.take()
-        other = _connect(broker, "other")
+        other = connect_peer(broker, "other")
         other.send(Publish("dev/new", b"live", 0))
         assert len(broker._delivery.holding[broker._sessions["sub"], "dev/#"]) == 1
         sub.close()
@@ -2428,7 +2342,7 @@ def test_a_subscriber_gone_while_its_retained_messages_are_read_stops_the_readin
         assert "sub" not in broker._sessions
         assert sub.take() == []
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_persistent_sessions_retained_messages_wait_on_disk_until_acknowledged(
@@ -2438,17 +2352,17 @@ def test_a_persistent_sessions_retained_messages_wait_on_disk_until_acknowledged
     dropbox: one it had not acknowledged when the server restarted comes again."""
 
     async def first(broker: Broker) -> None:
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("ret/a", b"kept", 1, retain=True, packet_id=1))
         await _until(lambda: pub.inbox == [Puback(1)])
-        sub = _connect(broker, "sub", expiry=600)
+        sub = connect_peer(broker, "sub", expiry=600)
         sub.send(Subscribe(1, (Subscription("ret/#", 1),)))
         await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
         [sent] = [p for p in sub.take() if isinstance(p, Publish)]
         assert (sent.payload, sent.retain) == (b"kept", True)  # never acknowledged
 
     async def then(broker: Broker) -> None:
-        back = _connect(broker, "sub", expiry=600, clean=False)
+        back = connect_peer(broker, "sub", expiry=600, clean=False)
 
         def arrived() -> bool:
             broker.tick(SystemClock().now())  # the server's timer: the hand-off back is 1 s
@@ -2472,12 +2386,12 @@ def test_retain_as_published_on_a_persistent_session_and_a_share_group(tmp_path:
             ("clears", "r/#", False),
             ("member", "$share/g/r/#", True),
         ):
-            peer = _connect(broker, name, expiry=600)
+            peer = connect_peer(broker, name, expiry=600)
             peer.send(Subscribe(1, (Subscription(text, 1, retain_as_published=rap),)))
             peer.take()
             subscribers[name] = peer
         await _publish(broker, "r/live", b"now", 1)
-        pub = _connect(broker, "pub2")
+        pub = connect_peer(broker, "pub2")
         pub.send(Publish("r/live", b"kept", 1, retain=True, packet_id=2))
 
         def all_have_two() -> bool:
@@ -2497,7 +2411,7 @@ def test_retain_as_published_on_a_persistent_session_and_a_share_group(tmp_path:
             "member": [(b"now", False), (b"kept", True)],
         }
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_restart_keeps_the_subscription_identifier_and_retain_as_published(
@@ -2507,15 +2421,15 @@ def test_a_restart_keeps_the_subscription_identifier_and_retain_as_published(
     it is sent, restored from the session's record."""
 
     async def first(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600)
+        keeper = connect_peer(broker, "keeper", expiry=600)
         wanted = Subscription("id/#", 1, retain_as_published=True)
         props = Properties.build(subscription_identifiers=(42,))
         keeper.send(Subscribe(1, (wanted, Subscription("$share/g/sh/#", 1)), properties=props))
         assert keeper.take() == [Suback(1, (ReasonCode.GRANTED_QOS_1, ReasonCode.GRANTED_QOS_1))]
 
     async def then(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600, clean=False)
-        pub = _connect(broker, "pub")
+        keeper = connect_peer(broker, "keeper", expiry=600, clean=False)
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("id/x", b"kept", 1, retain=True, packet_id=1))
         pub.send(Publish("sh/x", b"shared", 1, packet_id=2))
         await _until(lambda: len([p for p in keeper.inbox if isinstance(p, Publish)]) == 2)
@@ -2535,11 +2449,11 @@ def test_subscriptions_under_a_client_id_with_no_session_record_are_left_alone(
     (no session present, none of its messages), and its clean start does not delete it."""
 
     async def first(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600)
+        keeper = connect_peer(broker, "keeper", expiry=600)
         keeper.send(Subscribe(1, (Subscription("old/#", 1),)))
 
     async def then(broker: Broker) -> None:
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("old/x", b"kept", 1, packet_id=1))
         keeper, connack = _connack(broker, "keeper", clean=False, session_expiry_interval=600)
         assert not connack.session_present
@@ -2549,9 +2463,9 @@ def test_subscriptions_under_a_client_id_with_no_session_record_are_left_alone(
         assert _subscribed(broker, "keeper") == ["old/#"]
         assert broker.box.subscription("old/#", "keeper").counts().ready == 1
 
-    _run(tmp_path, first)
+    run_broker(tmp_path, first)
     remove_record(str(tmp_path / "root"), "keeper")
-    _run(tmp_path, then)
+    run_broker(tmp_path, then)
 
 
 def test_a_client_with_no_session_record_takes_its_old_subscription_back_by_subscribing(
@@ -2561,11 +2475,11 @@ def test_a_client_with_no_session_record_takes_its_old_subscription_back_by_subs
     gets what its old subscription (an older boxmq's) collected, which is its own from then."""
 
     async def first(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600)
+        keeper = connect_peer(broker, "keeper", expiry=600)
         keeper.send(Subscribe(1, (Subscription("old/#", 1),)))
 
     async def then(broker: Broker) -> None:
-        _connect(broker, "pub").send(Publish("old/x", b"kept", 1, packet_id=1))
+        connect_peer(broker, "pub").send(Publish("old/x", b"kept", 1, packet_id=1))
         keeper, connack = _connack(broker, "keeper", clean=False, session_expiry_interval=600)
         assert not connack.session_present
         keeper.send(Subscribe(1, (Subscription("old/#", 1),)))
@@ -2575,9 +2489,9 @@ def test_a_client_with_no_session_record_takes_its_old_subscription_back_by_subs
         assert record is not None
         assert record.made("old/#")
 
-    _run(tmp_path, first)
+    run_broker(tmp_path, first)
     remove_record(str(tmp_path / "root"), "keeper")
-    _run(tmp_path, then)
+    run_broker(tmp_path, then)
 
 
 def test_an_older_boxmqs_record_keeps_a_membership_it_does_not_name_after_a_restart(
@@ -2589,23 +2503,23 @@ def test_an_older_boxmqs_record_keeps_a_membership_it_does_not_name_after_a_rest
     membership is found as one being left, and, holding no message, left at once."""
 
     async def first(broker: Broker) -> None:
-        member = _connect(broker, "member", expiry=600)
+        member = connect_peer(broker, "member", expiry=600)
         member.send(Subscribe(1, (Subscription("$share/g/x/#", 1), Subscription("own/#", 1))))
         member.close()
 
     async def then(broker: Broker) -> None:
         assert sorted(_subscribed(broker, consumer_name("member"))) == ["$share/g/x/#", "own/#"]
-        _connect(broker, "member", expiry=600, clean=False)
+        connect_peer(broker, "member", expiry=600, clean=False)
         assert list(broker._sessions["member"].subscriptions) == ["own/#"]
         assert _subscribed(broker, consumer_name("member")) == ["own/#"]
 
-    _run(tmp_path, first)
+    run_broker(tmp_path, first)
     root = str(tmp_path / "root")
     record = read_record(root, "member")
     assert record is not None
     options = {"own/#": record.options["own/#"]}
     write_record(root, replace(record, options=options, leaving=None))
-    _run(tmp_path, then)
+    run_broker(tmp_path, then)
 
 
 @pytest.mark.parametrize(
@@ -2640,7 +2554,7 @@ def test_an_older_boxmqs_message_in_flight_from_two_filters_goes_again_under_bot
         ]
         assert sorted(again) == expected
 
-    _run(tmp_path, then, ManualClock(left.disconnected_at + 5))
+    run_broker(tmp_path, then, ManualClock(left.disconnected_at + 5))
 
 
 def test_a_resuming_connects_record_names_an_older_records_repeated_ids() -> None:
@@ -2661,7 +2575,7 @@ def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
 ) -> None:
     async def first(broker: Broker) -> None:
         for client_id, expiry in (("gone", 600), ("kept", 3600)):
-            away = _connect(broker, client_id, expiry=expiry)
+            away = connect_peer(broker, client_id, expiry=expiry)
             away.send(Subscribe(1, (Subscription(f"{client_id}/#", 1),)))
             away.send(Disconnect())
 
@@ -2671,7 +2585,7 @@ def test_a_session_whose_time_ran_out_while_the_broker_was_down_ends_at_start(
         assert _subscribed(broker, "kept") == ["kept/#"]
         # It ends at its own deadline, unless its client returns.
         assert "kept" in broker._lifetimes.expiries
-        kept = _connect(broker, "kept", expiry=3600, clean=False)
+        kept = connect_peer(broker, "kept", expiry=3600, clean=False)
         assert "kept" not in broker._lifetimes.expiries
         kept.send(Disconnect())
         assert "kept" in broker._lifetimes.expiries
@@ -2687,7 +2601,7 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
     root = str(tmp_path / "root")
 
     async def first(broker: Broker) -> None:
-        killed = _connect(broker, "killed", expiry=60)
+        killed = connect_peer(broker, "killed", expiry=60)
         killed.send(Subscribe(1, (Subscription("k/#", 1),)))
 
     clock = ManualClock(time.time() + 3600)  # the broker stayed down for an hour
@@ -2699,11 +2613,11 @@ def test_a_session_connected_when_its_broker_died_counts_from_the_restart(
         assert (record.holder, record.disconnected_at) == (None, clock.now())
         assert "killed" in broker._lifetimes.expiries
 
-    _run(tmp_path, first)
+    run_broker(tmp_path, first)
     # What a SIGKILL leaves: the record as written at SUBSCRIBE, naming a broker that is gone.
     killed = SessionRecord("killed", 60, holder=process_token(), options={"k/#": DeliveryOptions()})
     write_record(root, killed)
-    _run(tmp_path, then, clock)
+    run_broker(tmp_path, then, clock)
 
 
 def test_a_start_leaves_the_sessions_a_running_server_keeps_or_counts_to_it(
@@ -2742,7 +2656,7 @@ def test_a_start_leaves_the_sessions_a_running_server_keeps_or_counts_to_it(
         assert successor(root, dead) == process_token()
         assert "orphan" in broker._lifetimes.expiries
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_record_written_by_a_clock_ahead_counts_no_more_than_its_expiry_and_will_delay(
@@ -2772,7 +2686,7 @@ def test_a_record_written_by_a_clock_ahead_counts_no_more_than_its_expiry_and_wi
         broker.tick(clock.now() + 60)
         await _until(lambda: read_record(root, "ahead") is None)
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_start_follows_the_successions_and_takes_on_a_dead_servers_with_one_file(
@@ -2810,7 +2724,7 @@ def test_a_start_follows_the_successions_and_takes_on_a_dead_servers_with_one_fi
             assert read_record(root, record.client_id) == record
             assert record.client_id not in broker._lifetimes.expiries
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_running_server_takes_on_a_session_whose_counter_died(tmp_path: Path) -> None:
@@ -2833,7 +2747,7 @@ def test_a_running_server_takes_on_a_session_whose_counter_died(tmp_path: Path) 
         await _until(lambda: read_record(root, "chained") is None)
         assert successor(root, successor_died) == process_token()
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_clock_stepped_back_does_not_put_off_taking_on_the_sessions_of_dead_servers(
@@ -2853,7 +2767,7 @@ def test_a_clock_stepped_back_does_not_put_off_taking_on_the_sessions_of_dead_se
         broker.tick(now + 2 - 3600)  # two seconds on, the clock stepped back an hour
         await _until(lambda: read_record(root, "orphan") is None)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_server_that_stopped_is_not_said_to_have_died(
@@ -2869,10 +2783,10 @@ def test_a_server_that_stopped_is_not_said_to_have_died(
 
     async def test(broker: Broker) -> None:  # its start took "a" on; "b" comes after it
         write_record(root, SessionRecord("b", 3600, disconnected_at=away, counted_by=later))
-        _connect(broker, "b", expiry=3600, clean=False)
+        connect_peer(broker, "b", expiry=3600, clean=False)
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
-        _run(tmp_path, test)
+        run_broker(tmp_path, test)
     lines = [r.getMessage() for r in caplog.records if "taken" in r.getMessage()]
     assert lines == [
         f"the sessions counted by process {token_pid(stopped)} (a server of this host that "
@@ -2901,10 +2815,10 @@ def test_a_connect_refused_for_its_maximum_packet_size_leaves_a_dead_servers_ses
             (Connack, ReasonCode.PACKET_TOO_LARGE)
         ]
         assert read_record(root, "b") == dead  # as the dead server left it
-        _connect(broker, "b", expiry=3600, clean=False)  # takes it on now
+        connect_peer(broker, "b", expiry=3600, clean=False)  # takes it on now
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
-        _run(tmp_path, test)
+        run_broker(tmp_path, test)
     lines = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
     assert len(lines) == 1, lines
 
@@ -2978,7 +2892,7 @@ def test_the_look_for_dead_servers_sessions_lists_no_record_while_nothing_change
         assert [path for path, _ in look()[token]] == [record_path(root, "new")]
 
     try:
-        _run(tmp_path, test)
+        run_broker(tmp_path, test)
     finally:
         other.kill()
         other.wait()
@@ -2997,7 +2911,7 @@ def test_a_persistent_connect_after_a_restart_reads_only_its_own_subscriptions_r
 
     async def first(broker: Broker) -> None:
         for n in range(20):
-            device = _connect(broker, f"d{n}", expiry=600)
+            device = connect_peer(broker, f"d{n}", expiry=600)
             device.send(Subscribe(1, (Subscription(f"dev/{n}/#", 1),)))
             if n == 3:
                 device.send(Subscribe(2, (Subscription("$share/g/all/#", 1),)))
@@ -3006,14 +2920,14 @@ def test_a_persistent_connect_after_a_restart_reads_only_its_own_subscriptions_r
     async def then(broker: Broker) -> None:
         await _publish(broker, "dev/3/x", b"one", 1)  # routing reads them all, once
         with _audit_of(topic_root, below=True) as seen:
-            device = _connect(broker, "d3", expiry=600, clean=False)
+            device = connect_peer(broker, "d3", expiry=600, clean=False)
         # Each read by the look, then by the opening of its dropbox; no other one.
         records = {event.split()[1].split(os.sep)[0] for event in seen if _of_record(event)}
         assert records == {"all%2F%23", "dev%2F3%2F%23"}, seen
         await _until(lambda: any(isinstance(p, Publish) for p in device.inbox))
         assert sorted(_subscribed(broker, consumer_name("d3"))) == ["$share/g/all/#", "dev/3/#"]
         with _audit_of(topic_root, below=True) as seen:
-            _connect(broker, "new", expiry=600, clean=False)
+            connect_peer(broker, "new", expiry=600, clean=False)
         assert not [event for event in seen if _of_record(event)]
 
     _in_two_lives(tmp_path, first, then)
@@ -3035,12 +2949,12 @@ def test_a_persistent_sessions_close_reads_its_record_only_if_another_wrote_it(
 
     async def test(broker: Broker) -> None:
         path = record_path(root, "roamer")
-        roamer = _connect(broker, "roamer", expiry=600)
+        roamer = connect_peer(broker, "roamer", expiry=600)
         with _audit_of(path) as opened:
             roamer.close()
         assert opened == []  # the stat told it is this broker's own
         assert read_record(root, "roamer").held_by == process_token()  # type: ignore[union-attr]
-        roamer = _connect(broker, "roamer", expiry=600, clean=False)
+        roamer = connect_peer(broker, "roamer", expiry=600, clean=False)
         taken = read_record(root, "roamer")
         assert taken is not None
         write_record(root, replace(taken, holder=other, server=other))  # its client went there
@@ -3050,7 +2964,7 @@ def test_a_persistent_sessions_close_reads_its_record_only_if_another_wrote_it(
         assert "roamer" not in broker._sessions  # let go
         assert read_record(root, "roamer") == replace(taken, holder=other, server=other)
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_close_behind_a_queued_record_write_keeps_the_session_another_server_took(
@@ -3093,7 +3007,7 @@ def test_a_close_behind_a_queued_record_write_keeps_the_session_another_server_t
         assert "roamer" in broker._sessions
         assert "roamer" in broker._lifetimes.expiries
 
-    _run(tmp_path, test, fsync="always")
+    run_broker(tmp_path, test, fsync="always")
 
 
 def _refuse_session_records(monkeypatch: pytest.MonkeyPatch, root: str) -> None:
@@ -3120,7 +3034,7 @@ def test_a_record_the_restart_cannot_rewrite_does_not_postpone_the_sessions_end(
     killed = SessionRecord("killed", 1, holder=process_token(), options={"k/#": DeliveryOptions()})
 
     async def first(broker: Broker) -> None:
-        _connect(broker, "killed", expiry=60).send(Subscribe(1, (Subscription("k/#", 1),)))
+        connect_peer(broker, "killed", expiry=60).send(Subscribe(1, (Subscription("k/#", 1),)))
 
     clock = ManualClock(time.time())
 
@@ -3131,10 +3045,10 @@ def test_a_record_the_restart_cannot_rewrite_does_not_postpone_the_sessions_end(
         await _until(lambda: _subscribed(broker, "killed") == [])
         assert read_record(root, "killed") is None
 
-    _run(tmp_path, first)
+    run_broker(tmp_path, first)
     write_record(root, killed)
     _refuse_session_records(monkeypatch, root)
-    _run(tmp_path, then, clock)
+    run_broker(tmp_path, then, clock)
 
 
 def test_a_record_the_restart_cannot_rewrite_does_not_hold_back_a_delayed_will(
@@ -3156,7 +3070,7 @@ def test_a_record_the_restart_cannot_rewrite_does_not_hold_back_a_delayed_will(
 
     write_record(root, killed)
     _refuse_session_records(monkeypatch, root)
-    _run(tmp_path, then, clock)
+    run_broker(tmp_path, then, clock)
 
 
 def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: Path) -> None:
@@ -3168,7 +3082,7 @@ def test_a_session_connected_to_another_running_broker_is_left_to_it(tmp_path: P
         assert "elsewhere" not in broker._lifetimes.expiries
 
     write_record(root, other)
-    _run(tmp_path, then, ManualClock(time.time() + 3600))
+    run_broker(tmp_path, then, ManualClock(time.time() + 3600))
 
 
 def test_a_session_resumed_from_memory_takes_back_what_another_server_left_locked_to_it(
@@ -3202,7 +3116,7 @@ def test_a_session_resumed_from_memory_takes_back_what_another_server_left_locke
             write_record(root, at_a)
             roamer, connack = _connack(broker, "roamer", clean=False, session_expiry_interval=60)
             assert connack.session_present
-            sender = _connect(broker, "sender")
+            sender = connect_peer(broker, "sender")
             sender.send(Publish("news/1", b"own", 1, packet_id=1))
             await _until(lambda: any(isinstance(p, Publish) for p in roamer.inbox))
             assert payloads(roamer) == [(b"own", False)]  # never answered
@@ -3218,7 +3132,7 @@ def test_a_session_resumed_from_memory_takes_back_what_another_server_left_locke
             await _until(lambda: sum(isinstance(p, Publish) for p in back.inbox) >= 3)
             assert payloads(back) == [(b"own", True), (b"theirs", False), (b"later", False)]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
@@ -3256,7 +3170,7 @@ def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
         assert isinstance(connack, Connack)
         assert (connack.reason, connack.session_present) == (ReasonCode.SUCCESS, True)
 
-    _run(tmp_path, test, settings=settings)
+    run_broker(tmp_path, test, settings=settings)
 
 
 def _claim_path(root: Path, client_id: str, dead: str) -> str:
@@ -3316,7 +3230,7 @@ def test_what_a_connect_and_a_sweep_get_of_a_session_whose_server_died(tmp_path:
         assert sweep(found) == AwayAtStart(taken, found)
         assert read_record(root, "x") == taken
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_claim_left_by_a_claimer_that_died_goes_once_no_record_needs_it(
@@ -3365,7 +3279,7 @@ def test_a_claim_left_by_a_claimer_that_died_goes_once_no_record_needs_it(
         assert look() == {}
         assert left(claims) == {"named"}
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_claim_that_cannot_be_opened_fails_the_sweep_not_the_file_system(
@@ -3396,7 +3310,7 @@ def test_a_claim_that_cannot_be_opened_fails_the_sweep_not_the_file_system(
         broker.tick(time.time() + 1.0)
         await _until(lambda: read_record(str(root), "roamer").held_by is None)  # type: ignore[union-attr]
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_connect_whose_dead_servers_session_cannot_be_claimed_is_refused(
@@ -3437,7 +3351,7 @@ def test_a_connect_whose_dead_servers_session_cannot_be_claimed_is_refused(
         assert record is not None
         assert record.held_by == dead  # left for a later try
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_a_connect_refused_as_server_busy_says_how_long_it_waited(
@@ -3481,7 +3395,7 @@ def test_a_connect_refused_as_server_busy_says_how_long_it_waited(
             "5s (that server stopped?)"
         ), line
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connection(
@@ -3491,7 +3405,7 @@ def test_a_session_resumed_after_a_restart_with_expiry_0_ends_with_its_connectio
     0 it ends when the connection closes, and its dropbox with it."""
 
     async def first(broker: Broker) -> None:
-        away = _connect(broker, "brief", expiry=600)
+        away = connect_peer(broker, "brief", expiry=600)
         away.send(Subscribe(1, (Subscription("b/#", 1),)))
         away.send(Disconnect())
 
@@ -3520,12 +3434,12 @@ def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_
     props = Properties.build(user_properties=trace, message_expiry_interval=expiry or None)
 
     async def test(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600)  # served from disk
+        keeper = connect_peer(broker, "keeper", expiry=600)  # served from disk
         keeper.send(Subscribe(1, (Subscription("#", 1),)))
         room = broker.box.topics.topic_room(
             {PROPERTIES_FILE: "0" * 32}, expires_in=expiry or None, retain=retain
         )
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         answers: list[Packet] = []
 
         def answered(*expected: Packet) -> bool:
@@ -3549,7 +3463,7 @@ def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_
         assert warning.startswith("x" * (room + 1) + ":")
         assert f"a topic of at most {room} bytes" in warning
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 def test_drops_on_a_full_queue_are_logged_once_then_counted(
@@ -3561,7 +3475,7 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
 
     async def test(broker: Broker) -> None:
         _subscriber(broker, "slow", "flood/#", 1)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for packet_id in range(1, 11):
             pub.send(Publish("flood/a", b"x", 1, packet_id=packet_id))
         broker.tick(clock.now())
@@ -3571,7 +3485,7 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
 
     limits = Limits(max_inflight=1, max_queued=2)
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
-        _run(tmp_path, test, clock, settings=MqttSettings(limits=limits))
+        run_broker(tmp_path, test, clock, settings=MqttSettings(limits=limits))
     assert [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()] == [
         "client slow: queue full (max_queued 2, max_queued_bytes 67108864), a QoS 1 message "
         "dropped; "
@@ -3589,7 +3503,7 @@ def test_the_count_of_drops_keeps_its_interval_across_a_step_the_broker_was_told
 
     async def test(broker: Broker) -> None:
         _subscriber(broker, "slow", "flood/#", 1)
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for packet_id in range(1, 11):
             pub.send(Publish("flood/a", b"x", 1, packet_id=packet_id))
         broker.tick(clock.now())
@@ -3602,7 +3516,7 @@ def test_the_count_of_drops_keeps_its_interval_across_a_step_the_broker_was_told
 
     limits = Limits(max_inflight=1, max_queued=2)
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
-        _run(tmp_path, test, clock, settings=MqttSettings(limits=limits))
+        run_broker(tmp_path, test, clock, settings=MqttSettings(limits=limits))
     assert [m for m in caplog.messages if "more message(s) dropped" in m] == [
         "client slow: queue full, 6 more message(s) dropped in the last 10s",
     ]
@@ -3616,7 +3530,7 @@ def test_a_subscription_another_process_makes_is_seen_by_the_next_publishing_rea
     nobody on disk wanted goes into a subscription another process made since."""
 
     async def test(broker: Broker) -> None:
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("jobs/1", b"before", 1, packet_id=1))
         assert pub.take() == [Puback(1)]  # nobody wanted it: answered from memory, dropped
         with (
@@ -3630,7 +3544,7 @@ def test_a_subscription_another_process_makes_is_seen_by_the_next_publishing_rea
             assert message.body == b"after"
             message.ack()
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
 
 _QUOTA = ReasonCode.QUOTA_EXCEEDED
@@ -3649,7 +3563,7 @@ def test_the_new_filters_of_a_subscribe_past_max_subscriptions_are_refused(
     is in no route: a message on its topic does not come."""
 
     async def test(broker: Broker) -> None:
-        sub = _connect(broker, "sub")
+        sub = connect_peer(broker, "sub")
         sub.send(Subscribe(1, (Subscription("a", 1), Subscription("$share/g/a", 1))))
         assert sub.take() == [Suback(1, (_Q1, _Q1))]
         wanted = ("b", "b", "c", "a", "$share/g/a", "$share/h/a")
@@ -3659,7 +3573,7 @@ def test_the_new_filters_of_a_subscribe_past_max_subscriptions_are_refused(
         assert sub.take() == [Unsuback(3, (ReasonCode.SUCCESS,))]
         sub.send(Subscribe(4, (Subscription("c", 1), Subscription("d", 1))))
         assert sub.take() == [Suback(4, (_Q1, _QUOTA))]  # b's room went to c
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         for packet_id, topic in enumerate(("d", "c"), start=1):
             pub.send(Publish(topic, topic.encode(), 1, packet_id=packet_id))
         await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
@@ -3668,7 +3582,7 @@ def test_the_new_filters_of_a_subscribe_past_max_subscriptions_are_refused(
         assert got == [b"c"]  # not d
         assert len(broker._memory) == 2  # a and c: the refused ones are not routed
 
-    _run(tmp_path, test, settings=_capped(3))
+    run_broker(tmp_path, test, settings=_capped(3))
 
 
 def test_a_persistent_session_past_max_subscriptions_makes_nothing_on_disk(
@@ -3702,28 +3616,28 @@ def test_a_persistent_session_past_max_subscriptions_makes_nothing_on_disk(
         assert names == ["k/0", "k/1", "k/2"]  # no dropbox for k/3
         assert not list((tmp_path / "root" / "topic-root").glob("k/3*"))
 
-    _run(tmp_path, test, fsync="always", settings=_capped(3))
+    run_broker(tmp_path, test, fsync="always", settings=_capped(3))
 
 
 def test_a_session_resumed_over_a_lowered_max_subscriptions_keeps_them_but_adds_none(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def first(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600)
+        keeper = connect_peer(broker, "keeper", expiry=600)
         keeper.send(Subscribe(1, tuple(Subscription(f"k/{n}", 1) for n in range(3))))
         assert keeper.take() == [Suback(1, (_Q1,) * 3)]
 
     async def then(broker: Broker) -> None:
-        keeper = _connect(broker, "keeper", expiry=600, clean=False)
+        keeper = connect_peer(broker, "keeper", expiry=600, clean=False)
         keeper.send(Subscribe(2, (Subscription("k/9", 1), Subscription("k/0", 0))))
         assert keeper.take() == [Suback(2, (_QUOTA, ReasonCode.GRANTED_QOS_0))]
         keeper.send(Subscribe(3, (Subscription("k/8", 1),)))
         assert keeper.take() == [Suback(3, (_QUOTA,))]
         assert sorted(_subscribed(broker, consumer_name("keeper"))) == ["k/0", "k/1", "k/2"]
 
-    _run(tmp_path, first)
+    run_broker(tmp_path, first)
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
-        _run(tmp_path, then, settings=_capped(2))
+        run_broker(tmp_path, then, settings=_capped(2))
     told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert told == [
         "client keeper: its session holds 3 subscription(s), over [mqtt.limits] "
@@ -3736,11 +3650,11 @@ def test_a_session_resumed_over_a_lowered_max_subscriptions_keeps_them_but_adds_
 
 def test_max_subscriptions_0_is_no_limit(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
-        sub = _connect(broker, "sub")
+        sub = connect_peer(broker, "sub")
         sub.send(Subscribe(1, tuple(Subscription(f"f/{n}", 1) for n in range(1500))))
         assert sub.take() == [Suback(1, (_Q1,) * 1500)]
 
-    _run(tmp_path, test, settings=_capped(0))
+    run_broker(tmp_path, test, settings=_capped(0))
 
 
 def test_refusals_of_one_connection_are_logged_once_each(
@@ -3754,7 +3668,7 @@ def test_refusals_of_one_connection_are_logged_once_each(
 
     async def test(broker: Broker) -> None:
         for attempt in range(2):
-            client = _connect(broker, "c", expiry=60)
+            client = connect_peer(broker, "c", expiry=60)
             client.send(Subscribe(100, (Subscription("c/#", 1),)))  # durable: to the disk
             await _until(lambda: bool(client.take()))  # noqa: B023 (awaited here)
             for n in range(5):
@@ -3770,7 +3684,7 @@ def test_refusals_of_one_connection_are_logged_once_each(
             assert len(refusals) == 3 * (attempt + 1), refusals  # one of each kind
 
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
-        _run(tmp_path, test, settings=MqttSettings(authorizer=acl))
+        run_broker(tmp_path, test, settings=MqttSettings(authorizer=acl))
     assert (
         "client c may not publish to other/0; further refusals of its PUBLISHes on this "
         "connection are logged at debug level" in caplog.messages
@@ -3825,7 +3739,7 @@ def test_password_checks_take_turns_by_address(tmp_path: Path) -> None:
         assert checks.order[:3] == ["guess0", "guess1", "guess2"]  # one host's in order
         assert sorted(checks.order) == sorted([f"guess{n}" for n in range(12)] + ["right"])
 
-    _run(tmp_path, test, settings=MqttSettings(authenticator=checks))
+    run_broker(tmp_path, test, settings=MqttSettings(authenticator=checks))
 
 
 def test_a_connect_closed_while_its_password_waits_is_said_so(
@@ -3848,7 +3762,7 @@ def test_a_connect_closed_while_its_password_waits_is_said_so(
         stuck.release.set()
         assert peer.closed
 
-    _run(tmp_path, test, clock, settings=MqttSettings(authenticator=stuck, limits=limits))
+    run_broker(tmp_path, test, clock, settings=MqttSettings(authenticator=stuck, limits=limits))
     assert "no CONNECT within" not in caplog.text
     assert (
         "client 'c1' (user 'carol', from 10.0.0.1:4000) closed: no answer within 3s: its "
@@ -3889,7 +3803,7 @@ def test_a_filter_past_max_topic_levels_is_refused(
     invalid = ReasonCode.TOPIC_FILTER_INVALID
 
     async def test(broker: Broker) -> None:
-        sub = _connect(broker, "sub")
+        sub = connect_peer(broker, "sub")
         wanted = ("a/b/c", "a/b/c/d", "$share/g/a/b/c", "a/b/+/#", "//", "x" + "/" * 65_000)
         with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
             sub.send(Subscribe(1, tuple(Subscription(text, 1) for text in wanted)))
@@ -3903,7 +3817,7 @@ def test_a_filter_past_max_topic_levels_is_refused(
         assert "x/////" in caplog.text
         assert "/" * 101 not in caplog.text  # its start only
         assert len(broker._memory) == 2  # a/b/c and //: the refused ones are not routed
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("a/b/c/d", b"deep", 1, packet_id=1))
         pub.send(Publish("a/b/c", b"ok", 1, packet_id=2))
         await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
@@ -3912,7 +3826,7 @@ def test_a_filter_past_max_topic_levels_is_refused(
         assert b"ok" in got
         assert b"deep" not in got
 
-    _run(tmp_path, test, settings=MqttSettings(limits=Limits(max_topic_levels=3)))
+    run_broker(tmp_path, test, settings=MqttSettings(limits=Limits(max_topic_levels=3)))
 
 
 @pytest.mark.parametrize(
@@ -3925,11 +3839,11 @@ def test_max_topic_levels_is_128_by_default_and_0_is_no_limit(
     reason = _Q1 if allowed else ReasonCode.TOPIC_FILTER_INVALID
 
     async def test(broker: Broker) -> None:
-        sub = _connect(broker, "sub")
+        sub = connect_peer(broker, "sub")
         sub.send(Subscribe(1, (Subscription("/".join("l" * levels), 1),)))
         assert sub.take() == [Suback(1, (reason,))]
 
-    _run(tmp_path, test, settings=MqttSettings(limits=limits))
+    run_broker(tmp_path, test, settings=MqttSettings(limits=limits))
 
 
 @pytest.mark.parametrize("away", [False, True], ids=["connected", "away"])
@@ -3946,7 +3860,7 @@ def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
 
     async def test(broker: Broker) -> None:
         holder = _subscriber(broker, "holder", "hold/#", 2, expiry=month)
-        _connect(broker, "pub").send(Publish("hold/x", b"kept", 1, packet_id=1))
+        connect_peer(broker, "pub").send(Publish("hold/x", b"kept", 1, packet_id=1))
         await _until(lambda: any(isinstance(p, Publish) for p in holder.inbox))
         [sent] = [p for p in holder.take() if isinstance(p, Publish)]  # never answered
         if away:
@@ -3954,7 +3868,7 @@ def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
         clock.advance(8 * 86_400)
         broker.tick(clock.now())
         if away:
-            holder = _connect(broker, "holder", expiry=month, clean=False)
+            holder = connect_peer(broker, "holder", expiry=month, clean=False)
         for _ in range(3):  # a lock that timed out brings it again (as new) within a second
             await asyncio.sleep(0.1)
             clock.advance(1)
@@ -3962,7 +3876,7 @@ def test_a_sessions_message_in_flight_stays_its_own_past_seven_days(
         got = [(p.payload, p.dup, p.packet_id) for p in holder.take() if isinstance(p, Publish)]
         assert got == ([(b"kept", True, sent.packet_id)] if away else [])
 
-    _run(tmp_path, test, clock, settings=settings, box_clock=True)
+    run_broker(tmp_path, test, clock, settings=settings, box_clock=True)
 
 
 def test_an_older_boxmqs_seven_day_lock_of_a_session_lasts_as_long_as_it_once_resumed(
@@ -3982,7 +3896,7 @@ def test_an_older_boxmqs_seven_day_lock_of_a_session_lasts_as_long_as_it_once_re
     settings = MqttSettings(limits=Limits(max_session_expiry=month))
 
     async def test(broker: Broker) -> None:
-        holder = _connect(broker, "s1", expiry=month, clean=False)
+        holder = connect_peer(broker, "s1", expiry=month, clean=False)
         await _until(lambda: any(isinstance(p, Publish) for p in holder.inbox))
         again = [(p.payload, p.dup, p.packet_id) for p in holder.take() if isinstance(p, Publish)]
         assert again == [(b"d3", True, 4)]
@@ -3995,7 +3909,7 @@ def test_an_older_boxmqs_seven_day_lock_of_a_session_lasts_as_long_as_it_once_re
             broker.tick(clock.now())
         assert [p for p in holder.take() if isinstance(p, Publish)] == []
 
-    _run(tmp_path, test, clock, settings=settings, box_clock=True)
+    run_broker(tmp_path, test, clock, settings=settings, box_clock=True)
 
 
 def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path: Path) -> None:
@@ -4005,7 +3919,7 @@ def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path:
 
     async def test(broker: Broker) -> None:
         for i in range(100):
-            peer = _connect(broker, f"dev{i}", expiry=600)
+            peer = connect_peer(broker, f"dev{i}", expiry=600)
             peer.send(Subscribe(1, (Subscription(f"dev/{i}/cmd", 1),)))
             peer.take()
             peer.send(Disconnect())
@@ -4014,14 +3928,14 @@ def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path:
         broker.box.sweep(full=False)  # the first, a full pass: it closes their watchers
         assert not any(live.watching() for live in lives)
         assert broker.box.sweep(full=False) == {}
-        pub = _connect(broker, "pub")
+        pub = connect_peer(broker, "pub")
         pub.send(Publish("dev/9/cmd", b"while away", 1, packet_id=1))
         await _until(lambda: pub.inbox == [Puback(1)])
-        back = _connect(broker, "dev9", expiry=600, clean=False)
+        back = connect_peer(broker, "dev9", expiry=600, clean=False)
         await _until(lambda: bool(back.inbox))
         [delivered] = back.take()
         assert isinstance(delivered, Publish)
         assert delivered.payload == b"while away"
         assert [live.watching() for live in lives].count(True) == 1
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tests.unit.mqtt.test_mqtt_broker import Peer, _connect, _run
+from tests.unit.mqtt.peers import Peer, connect_peer, run_broker
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.acl import Acl
@@ -115,7 +115,7 @@ def test_about_sys_is_the_first_level_alone() -> None:
 
 def _sys_subscriber(broker: Broker, client_id: str, filter: str) -> tuple[Peer, list[Publish]]:
     """A client subscribed to `filter`: its SUBACK checked, and what came with it."""
-    peer = _connect(broker, client_id)
+    peer = connect_peer(broker, client_id)
     peer.send(Subscribe(1, (Subscription(filter, 1),)))
     suback, *rest = peer.take()
     assert isinstance(suback, Suback)
@@ -142,7 +142,7 @@ def test_the_broker_sends_its_figures_from_memory_at_qos_0_and_nothing_reaches_t
         assert [(p.topic, p.payload, p.qos, p.retain) for p in got] == [
             ("$SYS/broker/clients/connected", b"1", 0, True)
         ]
-        publisher = _connect(broker, "publisher")
+        publisher = connect_peer(broker, "publisher")
         publisher.send(Publish("news", b"hi", 1, packet_id=1))
         clock.advance(9.9)
         broker.tick(clock.now())
@@ -176,7 +176,7 @@ def test_the_broker_sends_its_figures_from_memory_at_qos_0_and_nothing_reaches_t
         assert broker.figures().messages_received == 6
         assert not any("SYS" in name for _, _, names in os.walk(tmp_path) for name in names)
 
-    _run(tmp_path, test, clock, settings=settings)
+    run_broker(tmp_path, test, clock, settings=settings)
 
 
 def test_a_persistent_session_gets_the_figures_while_connected_and_none_are_kept_for_it(
@@ -186,7 +186,7 @@ def test_a_persistent_session_gets_the_figures_while_connected_and_none_are_kept
 
     async def test(broker: Broker) -> None:
         broker.tick(clock.now())
-        peer = _connect(broker, "keeper", expiry=3600)
+        peer = connect_peer(broker, "keeper", expiry=3600)
         peer.send(Subscribe(1, (Subscription("$SYS/broker/uptime", 1),)))
         assert _by_topic([p for p in peer.take() if isinstance(p, Publish)]) == {
             "$SYS/broker/uptime": b"0 seconds"
@@ -199,16 +199,16 @@ def test_a_persistent_session_gets_the_figures_while_connected_and_none_are_kept
         peer.close()
         clock.advance(10)
         broker.tick(clock.now())
-        back = _connect(broker, "keeper", expiry=3600, clean=False)
+        back = connect_peer(broker, "keeper", expiry=3600, clean=False)
         assert back.take() == []  # nothing queued while it was away
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_a_publish_to_sys_is_refused_unless_the_acl_allows_it(tmp_path: Path) -> None:
     async def test(broker: Broker) -> None:
         watcher, _ = _sys_subscriber(broker, "watcher", "$SYS/#")
-        forger = _connect(broker, "forger")
+        forger = connect_peer(broker, "forger")
         forger.send(Publish("$SYS/broker/uptime", b"forged", 1, packet_id=7))
         assert forger.take() == [Puback(7, ReasonCode.NOT_AUTHORIZED)]
         forger.send(Publish("$SYS/broker/uptime", b"forged", 0))  # dropped, nothing to tell
@@ -216,13 +216,13 @@ def test_a_publish_to_sys_is_refused_unless_the_acl_allows_it(tmp_path: Path) ->
         assert forger.take() == [Puback(8)]
         assert watcher.take() == []
 
-    _run(tmp_path, test)
+    run_broker(tmp_path, test)
 
     acl = Acl.parse("pattern readwrite $SYS/custom/%c\npattern read $SYS/#\n", Path("acl"))
 
     async def allowed(broker: Broker) -> None:
         watcher, _ = _sys_subscriber(broker, "watcher", "$SYS/custom/#")
-        peer = _connect(broker, "app")
+        peer = connect_peer(broker, "app")
         peer.send(Publish("$SYS/custom/app", b"mine", 1, packet_id=1))
         assert peer.take() == [Puback(1)]
         assert [(p.topic, p.payload) for p in watcher.take() if isinstance(p, Publish)] == [
@@ -231,7 +231,7 @@ def test_a_publish_to_sys_is_refused_unless_the_acl_allows_it(tmp_path: Path) ->
         peer.send(Publish("$SYS/broker/uptime", b"forged", 1, packet_id=2))  # no rule for it
         assert peer.take() == [Puback(2, ReasonCode.NOT_AUTHORIZED)]
 
-    _run(tmp_path, allowed, settings=MqttSettings(authorizer=acl))
+    run_broker(tmp_path, allowed, settings=MqttSettings(authorizer=acl))
 
 
 def test_a_clock_stepped_forward_that_the_broker_was_told_of_is_not_counted_in_the_uptime(
@@ -255,7 +255,7 @@ def test_a_clock_stepped_forward_that_the_broker_was_told_of_is_not_counted_in_t
         uptimes = [p.payload for p in peer.take() if isinstance(p, Publish)]
         assert uptimes[-1] == b"15 seconds"
 
-    _run(tmp_path, test, clock)
+    run_broker(tmp_path, test, clock)
 
 
 def test_the_figures_keep_their_interval_across_a_step_the_broker_was_told_of(
@@ -283,4 +283,4 @@ def test_the_figures_keep_their_interval_across_a_step_the_broker_was_told_of(
                 "$SYS/broker/uptime": uptime
             }
 
-    _run(tmp_path, test, ManualClock(_START))
+    run_broker(tmp_path, test, ManualClock(_START))
