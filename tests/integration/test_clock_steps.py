@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+from tests.integration.mqtt.raw import connect_packet_311
 from tests.processes import dead_token
 
 import boxmq
@@ -126,7 +127,7 @@ def test_a_clock_stepped_back_does_not_put_off_the_collection_of_side_files(
 
 
 # An MQTT 3.1.1 CONNECT with a keep-alive of 60 s, clean session, client id "c"; its CONNACK.
-_CONNECT = b"\x10\x0d\x00\x04MQTT\x04\x02\x00\x3c\x00\x01c"
+_CONNECT = connect_packet_311("c", keep_alive=60)
 _CONNACK = b"\x20\x02\x00\x00"
 _PINGREQ, _PINGRESP = b"\xc0\x00", b"\xd0\x00"
 

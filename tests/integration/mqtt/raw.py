@@ -1,6 +1,6 @@
-"""A raw MQTT 5 client over a socket, for what paho hides: PUBREC reasons, and a QoS 2
-exchange left without its PUBREL. Independent byte builders, so the codec is not tested
-against itself."""
+"""A raw MQTT 5 client over a socket (and a 3.1.1 CONNECT), for what paho hides: PUBREC reasons,
+and a QoS 2 exchange left without its PUBREL. Independent byte builders, so the codec is not
+tested against itself."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ __all__ = [
     "Received",
     "answers_to",
     "connect_packet",
+    "connect_packet_311",
     "nothing",
     "open_raw",
     "packet",
@@ -76,6 +77,35 @@ def connect_packet(
         payload += bytes([len(will_properties)]) + will_properties
         payload += string(topic) + len(message).to_bytes(2, "big") + message
     variable = string("MQTT") + bytes([5, flags, 0, 30]) + properties
+    return packet(0x10, variable + payload)
+
+
+def connect_packet_311(
+    client_id: str,
+    *,
+    clean: bool = True,
+    keep_alive: int = 30,
+    will: tuple[str, bytes] | None = None,
+    will_qos: int = 0,
+    username: str | None = None,
+    password: bytes | None = None,
+) -> bytes:
+    """MQTT 3.1.1 CONNECT (protocol level 4, §3.1): CleanSession if `clean`, Keep Alive
+    `keep_alive` seconds; `will`: a Will (topic, message) of QoS `will_qos`, not retained;
+    `username` and `password`: the User Name and Password fields, each flagged if given."""
+    flags = 0x02 if clean else 0x00
+    payload = string(client_id)
+    if will is not None:
+        flags |= 0x04 | will_qos << 3  # Will Flag, Will QoS (§3.1.2.5, §3.1.2.6)
+        topic, message = will
+        payload += string(topic) + len(message).to_bytes(2, "big") + message
+    if username is not None:
+        flags |= 0x80
+        payload += string(username)
+    if password is not None:
+        flags |= 0x40
+        payload += len(password).to_bytes(2, "big") + password
+    variable = string("MQTT") + bytes([4, flags]) + keep_alive.to_bytes(2, "big")
     return packet(0x10, variable + payload)
 
 

@@ -18,6 +18,7 @@ from tests.integration.mqtt.clients import WAIT, RunningServer, start_server
 from tests.integration.mqtt.raw import (
     PINGREQ,
     answers_to,
+    connect_packet_311,
     nothing,
     packet,
     read,
@@ -223,7 +224,7 @@ def test_a_client_silent_for_one_and_a_half_keep_alives_is_closed(tmp_path: Path
         start_server(tmp_path / "root", clock=clock) as running,
         socket.create_connection((running.host, running.port), timeout=WAIT) as sock,
     ):
-        sock.sendall(packet(0x10, string("MQTT") + bytes([4, 0x02, 0, 10]) + string("k")))
+        sock.sendall(connect_packet_311("k", keep_alive=10))
         assert read(sock) == (0x20, b"\x00\x00")
         clock.advance(14)
         sock.sendall(PINGREQ)

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
-from tests.integration.mqtt.raw import packet, string
+from tests.integration.mqtt.raw import connect_packet_311, packet, string
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt import server as server_module
@@ -79,8 +79,7 @@ def connect_311(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.settimeout(WAIT)
     sock.connect((running.host, running.port))
-    variable = string("MQTT") + bytes([4, 0x02]) + keep_alive.to_bytes(2, "big")
-    sock.sendall(packet(0x10, variable + string(client_id)))
+    sock.sendall(connect_packet_311(client_id, keep_alive=keep_alive))
     assert sock.recv(4) == b"\x20\x02\x00\x00"  # CONNACK, accepted
 
     def shrink_it() -> None:

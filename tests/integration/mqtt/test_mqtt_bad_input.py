@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
-from tests.integration.mqtt.raw import packet, read, string
+from tests.integration.mqtt.raw import connect_packet_311, packet, read, string
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.settings import Limits, MqttSettings
@@ -263,12 +263,6 @@ def test_the_packets_before_a_bad_one_in_the_same_read_are_acted_on(
     assert [subscriber.next().payload for _ in range(3)] == [b"m1", b"m2", b"m3"]
 
 
-def _v311_connect(client_id: str, *, clean: bool) -> bytes:
-    body = b"\x00\x04MQTT\x04" + bytes([0x02 if clean else 0x00]) + b"\x00\x1e"
-    body += len(client_id).to_bytes(2, "big") + client_id.encode()
-    return packet(0x10, body)
-
-
 def _subscribe(packet_id: int, topic_filter: bytes, qos: int) -> bytes:
     body = packet_id.to_bytes(2, "big") + len(topic_filter).to_bytes(2, "big") + topic_filter
     return bytes([0x82, len(body) + 1]) + body + bytes([qos])
@@ -285,7 +279,7 @@ def test_nothing_sent_after_a_disconnect_in_the_same_read_is_acted_on(
     watcher.subscribe("a", 1)
     publish = bytes([0x32, 7]) + b"\x00\x01a" + b"\x00\x01" + b"m1"  # QoS 1 to "a"
     with socket.create_connection((server.host, server.port), timeout=5) as sock:
-        sock.sendall(_v311_connect("leaver", clean=False))
+        sock.sendall(connect_packet_311("leaver", clean=False))
         assert sock.recv(4) == bytes.fromhex("20020000")  # CONNACK, a new session
         sock.sendall(b"\xe0\x00" + publish + _subscribe(1, b"b", 1))
         assert sock.recv(4096) == b""  # closed, nothing answered (no PUBACK, no SUBACK)
@@ -307,7 +301,7 @@ def test_nothing_sent_after_a_refused_connect_in_the_same_read_is_handled(
     watcher = paho(server, "watcher", v5=False)
     watcher.subscribe("a", 1)
     publish = bytes([0x32, 7]) + b"\x00\x01a" + b"\x00\x01" + b"m1"
-    answer = _exchange(server, _v311_connect("x" * 300, clean=True) + publish)
+    answer = _exchange(server, connect_packet_311("x" * 300) + publish)
     assert answer.hex() == "20020002"  # identifier rejected, then closed
     assert watcher.nothing(within=0.5)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import OnlyAlice, RunningServer, start_server
-from tests.integration.mqtt.raw import open_raw, packet, publish_qos2, pubrel, read
+from tests.integration.mqtt.raw import (
+    connect_packet_311,
+    open_raw,
+    packet,
+    publish_qos2,
+    pubrel,
+    read,
+)
 
 from boxmq.mqtt import server as server_module
 from boxmq.mqtt.settings import Limits, MqttSettings
@@ -24,9 +31,7 @@ _LINGER = 0.3  # server.py's _DISCARD_TIME (1 s), shortened (`short_linger`)
 
 
 # 3.1.1 CONNECT, clean session, keep-alive 30, client id "id", user alice with a wrong password
-_WRONG_PASSWORD = packet(
-    0x10, b"\x00\x04MQTT\x04\xc2\x00\x1e" + b"\x00\x02id" + b"\x00\x05alice\x00\x05wrong"
-)
+_WRONG_PASSWORD = connect_packet_311("id", username="alice", password=b"wrong")
 
 
 @pytest.fixture

@@ -23,7 +23,14 @@ from tests.integration.mqtt.clients import (
     persistent_paho,
     start_server,
 )
-from tests.integration.mqtt.raw import connect_packet, packet, pubrel, read, string
+from tests.integration.mqtt.raw import (
+    connect_packet,
+    connect_packet_311,
+    packet,
+    pubrel,
+    read,
+    string,
+)
 
 # A topic over what a stored message's name has room for (docs/mqtt.md, "Persistence").
 UNSTORABLE = "w/" + "x" * 300
@@ -35,7 +42,7 @@ def _connect(server: RunningServer, v5: bool) -> socket.socket:
     if v5:
         sock.sendall(connect_packet("raw", clean=True, expiry=0))
     else:
-        sock.sendall(packet(0x10, string("MQTT") + bytes([4, 0x02, 0, 30]) + string("raw")))
+        sock.sendall(connect_packet_311("raw"))
     kind, body = read(sock)
     assert (kind, body[1]) == (0x20, 0), body.hex()  # CONNACK, accepted
     return sock

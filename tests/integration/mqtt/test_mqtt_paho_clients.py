@@ -21,7 +21,7 @@ from tests.integration.mqtt.clients import (
     recorded_away,
     start_server,
 )
-from tests.integration.mqtt.raw import packet, string
+from tests.integration.mqtt.raw import connect_packet_311, packet, string
 
 from boxmq.clock import ManualClock
 
@@ -502,7 +502,7 @@ def test_retained_messages_that_arrive_in_one_read_are_all_kept(server: RunningS
     """Several retained PUBLISHes in one TCP segment go to the disk as one batch; each must be
     retained as if it had come alone."""
     topics = [f"burst/{i}" for i in range(4)]
-    connect = packet(0x10, string("MQTT") + bytes([4, 2, 0, 60]) + string("raw"))
+    connect = connect_packet_311("raw", keep_alive=60)
     publishes = b"".join(
         packet(0x33, string(topic) + (i + 1).to_bytes(2, "big") + f"v{i}".encode())
         for i, topic in enumerate(topics)

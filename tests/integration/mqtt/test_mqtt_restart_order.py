@@ -19,6 +19,7 @@ from tests.integration.mqtt.clients import (
 )
 from tests.integration.mqtt.raw import (
     Received,
+    connect_packet_311,
     open_raw,
     packet,
     puback,
@@ -91,7 +92,7 @@ def _open(address: RunningServer, *, v5: bool) -> tuple[socket.socket, bool]:
     if v5:
         return open_raw(address, "device")
     sock = socket.create_connection((address.host, address.port), timeout=WAIT)
-    sock.sendall(packet(0x10, string("MQTT") + bytes([4, 0x00, 0, 30]) + string("device")))
+    sock.sendall(connect_packet_311("device", clean=False))
     kind, body = read(sock)
     assert (kind, body[1]) == (0x20, 0), body.hex()  # CONNACK, accepted
     return sock, bool(body[0] & 0x01)

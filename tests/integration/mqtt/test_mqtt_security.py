@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from tests.integration.mqtt.clients import WAIT, OnlyAlice, RunningServer, drop, paho, start_server
+from tests.integration.mqtt.raw import connect_packet_311
 
 from boxmq.mqtt.settings import Limits, MqttSettings
 
@@ -44,25 +45,16 @@ def test_v5_connect_refused_with_0x86_or_0x87(guarded: RunningServer) -> None:
     paho(guarded, "c3", username="alice", password="secret")
 
 
-def _v311_connect(username: bytes | None, password: bytes | None) -> bytes:
-    flags = 0x02 | (0x80 if username is not None else 0) | (0x40 if password is not None else 0)
-    body = b"\x00\x04MQTT\x04" + bytes([flags]) + b"\x00\x1e" + b"\x00\x02id"
-    for field in (username, password):
-        if field is not None:
-            body += len(field).to_bytes(2, "big") + field
-    return bytes([0x10, len(body)]) + body
-
-
 @pytest.mark.parametrize(
     ("username", "password", "code"),
-    [(b"alice", b"wrong", 4), (None, None, 5), (b"alice", b"secret", 0)],
+    [("alice", b"wrong", 4), (None, None, 5), ("alice", b"secret", 0)],
     ids=["bad-password", "anonymous", "accepted"],
 )
 def test_v311_connack_return_codes(
-    guarded: RunningServer, username: bytes | None, password: bytes | None, code: int
+    guarded: RunningServer, username: str | None, password: bytes | None, code: int
 ) -> None:
     with socket.create_connection((guarded.host, guarded.port), timeout=5) as sock:
-        sock.sendall(_v311_connect(username, password))
+        sock.sendall(connect_packet_311("id", username=username, password=password))
         assert sock.recv(4) == bytes([0x20, 2, 0, code])
 
 

@@ -22,7 +22,7 @@ import pytest
 from harness.ports import free_port, free_ports
 from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
-from tests.integration.mqtt.raw import string
+from tests.integration.mqtt.raw import connect_packet_311, string
 
 from boxmq.mqtt.passwords import set_password
 
@@ -356,13 +356,11 @@ def test_packets_that_come_with_the_last_handshake_message_are_read(served: Serv
     alice = _connect(served, "alice", "wonderland", tls=True)
     try:
         assert alice.subscribe("alice/inbox/#") == 1
-        connect = b"\x00\x04MQTT\x04\xc2\x00\x3c" + b"".join(
-            map(string, ["early-bird", "alice", "wonderland"])
+        connect = connect_packet_311(
+            "early-bird", keep_alive=60, username="alice", password=b"wonderland"
         )
         publish = string("alice/inbox/early") + b"with the Finished"
-        packets = (
-            bytes([0x10, len(connect)]) + connect + bytes([0x30, len(publish)]) + publish
-        ) + b"\xe0\x00"
+        packets = connect + bytes([0x30, len(publish)]) + publish + b"\xe0\x00"
         incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         tls = ssl.create_default_context(cafile=served.ca).wrap_bio(
             incoming, outgoing, server_hostname="localhost"

@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from tests.integration.mqtt.clients import RunningServer, paho, start_server
-from tests.integration.mqtt.raw import open_raw, packet, publish_qos2, pubrel, read, string
+from tests.integration.mqtt.raw import (
+    connect_packet_311,
+    open_raw,
+    packet,
+    publish_qos2,
+    pubrel,
+    read,
+    string,
+)
 
 from boxmq.mqtt.session_record import read_record, records_folder
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
@@ -110,8 +118,7 @@ def test_a_pubrel_of_an_exchange_a_clean_session_ended_is_answered_pubcomp_in_v3
 
 def _connect_v311(server: RunningServer, client_id: str, *, clean: bool) -> socket.socket:
     sock = socket.create_connection((server.host, server.port), timeout=5)
-    variable = string("MQTT") + bytes([4, 0x02 if clean else 0x00, 0, 30])
-    sock.sendall(packet(0x10, variable + string(client_id)))
+    sock.sendall(connect_packet_311(client_id, clean=clean))
     assert read(sock) == (0x20, b"\x00\x00")  # CONNACK, no session present
     return sock
 

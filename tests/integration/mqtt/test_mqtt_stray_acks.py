@@ -18,6 +18,7 @@ from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_serv
 from tests.integration.mqtt.raw import (
     PINGREQ,
     connect_packet,
+    connect_packet_311,
     open_raw,
     packet,
     puback,
@@ -35,8 +36,7 @@ def _open(server: RunningServer, client_id: str, v5: bool) -> socket.socket:
     if v5:
         sock.sendall(connect_packet(client_id, clean=True))
     else:
-        variable = string("MQTT") + bytes([4, 0x02, 0, 30])
-        sock.sendall(packet(0x10, variable + string(client_id)))
+        sock.sendall(connect_packet_311(client_id))
     kind, body = read(sock)
     assert (kind, body[1]) == (0x20, 0), body.hex()
     return sock

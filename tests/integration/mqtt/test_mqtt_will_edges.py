@@ -25,7 +25,7 @@ from tests.integration.mqtt.clients import (
     start_server,
     stop_process,
 )
-from tests.integration.mqtt.raw import open_raw, packet, publish, read, string
+from tests.integration.mqtt.raw import connect_packet_311, open_raw, packet, publish, read
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.session import NEVER
@@ -189,9 +189,7 @@ def test_a_311_clients_will_goes_out_when_its_keep_alive_runs_out(server: Runnin
     that sends its Will (3.1.1 MQTT-3.1.2-8, §3.1.2.5), which a paho 3.1.1 watcher gets."""
     watcher = paho(server, "watcher", v5=False)
     watcher.subscribe("wills/#", 1)
-    flags = 0x02 | 0x04 | 0x08  # Clean Session, Will Flag, Will QoS 1
-    payload = string("quiet") + string("wills/quiet") + string("gone")
-    connect = packet(0x10, string("MQTT") + bytes([4, flags, 0, 1]) + payload)
+    connect = connect_packet_311("quiet", keep_alive=1, will=("wills/quiet", b"gone"), will_qos=1)
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
         sock.sendall(connect)
         assert read(sock) == (0x20, b"\x00\x00")  # CONNACK, accepted
