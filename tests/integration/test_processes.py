@@ -6,7 +6,6 @@ import importlib.util
 import itertools
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -56,9 +55,7 @@ def _spawning(head: list[str]) -> Iterator[Callable[..., subprocess.Popen[str]]]
 
     yield run
     for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
+        kill(process)  # a no-op on one that ended; reaped either way
         if process.stdout is not None:
             process.stdout.close()
 
@@ -115,8 +112,7 @@ def test_a_killed_consumer_s_locks_go_to_another_consumer(
     held_log = tmp_path / "held.log"
     victim = start("consume", str(root), "jobs", "victim", str(held_log), "--hold", "5")
     wait_for_line(victim, "holding")
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=10)
+    kill(victim)
     held = set(held_log.read_text().split())
     assert len(held) == 5
     with boxmq.open(root, fsync="never") as box, box.queue("jobs").consumer("rescuer") as consumer:
@@ -223,8 +219,7 @@ def kill_once_logged(
             break
         time.sleep(0.02)
     ended = process.poll()
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=10)
+    kill(process)
     text = log.read_text() if log.exists() else ""
     lines = len(text.splitlines())
     assert ended is None, (
@@ -308,8 +303,7 @@ def test_a_killed_share_group_member_s_messages_go_to_the_other_members(
         for index in range(20):
             box.publish(f"sensors/{index % 3}", f"{index}")
         wait_for_line(victim, "holding")
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
+        kill(victim)
         held = set(held_log.read_text().split())
         assert len(held) == 5
         got: dict[str, int] = {}
@@ -616,8 +610,7 @@ def test_delete_queue_deletes_it_while_a_consumer_of_another_process_takes_messa
             assert box.delete_queue("q")
             left += (root / "q").exists()
         assert consumer.poll() is None  # it took messages all along
-        consumer.kill()
-        consumer.wait(timeout=10)
+        kill(consumer)
     assert left == 0
     assert not (root / ".deleting").exists()  # emptied, and removed with its last delete
 
@@ -655,8 +648,7 @@ def test_unsubscribe_deletes_a_subscription_a_publisher_of_another_process_fans_
             deletes += 1
             left += subscriptions.exists() and any(subscriptions.iterdir())
         assert publisher.poll() is None  # it published all along
-        publisher.kill()
-        publisher.wait(timeout=10)
+        kill(publisher)
     assert deletes > 50
     assert left == 0
     assert not (root / ".deleting").exists()
@@ -686,8 +678,7 @@ def test_a_delete_killed_midway_leaves_the_queue_whole_or_gone_and_the_sweep_cle
             deleter = script(_DELETE, str(root))
             wait_for_line(deleter, "deleting")
             time.sleep(0.05 * (attempt + 1))  # into its rmtree, or not yet
-            deleter.send_signal(signal.SIGKILL)
-            deleter.wait(timeout=10)
+            kill(deleter)
             if (root / "q").exists():
                 assert len(os.listdir(root / "q" / "target")) == size  # whole
             if (root / ".deleting").exists() and os.listdir(root / ".deleting"):
@@ -729,8 +720,7 @@ def test_a_process_killed_holding_a_share_group_s_flock_keeps_no_one_waiting(
         churn = script(_JOIN_AND_LEAVE_FOR_EVER, str(root), "a")
         wait_for_line(churn, "joining")
         time.sleep(rng.uniform(0, 0.2))
-        churn.kill()
-        churn.wait(timeout=10)
+        kill(churn)
         joined: list[object] = []
         with boxmq.open(root, fsync="never") as box:
             joiner = threading.Thread(
