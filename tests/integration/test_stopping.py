@@ -10,9 +10,11 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from multiprocessing import get_context
+from multiprocessing.synchronize import Event as EventType
 
 import pytest
-from harness.stopping import kill, stop
+from harness.stopping import Worker, kill, stop
 
 # A child that ignores SIGTERM, and says so once it does (only then is the test's signal sent).
 _DEAF = """
@@ -93,3 +95,30 @@ def test_a_process_not_gone_after_its_sigkill_is_an_error_naming_it_the_others_r
             assert lost.poll() is None
         finally:
             subprocess.Popen.kill(lost)  # its own SIGKILL, for the Popen's exit to reap it
+
+
+def _deaf_worker(ready: EventType) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(60)
+
+
+def test_multiprocessing_workers_are_stopped_as_popens_are() -> None:
+    """bench/get_deep's workers are multiprocessing processes: Worker gives them Popen's
+    signal, wait and kill, so one that ends at SIGTERM is joined, and one that ignores it is
+    killed past the time, joined and returned."""
+    context = get_context("fork")  # _deaf_worker runs as it is, nothing pickled
+    ready = context.Event()
+    sleeper = context.Process(target=time.sleep, args=(60,))
+    deaf = context.Process(target=_deaf_worker, args=(ready,))
+    sleeper.start()
+    deaf.start()
+    try:
+        assert ready.wait(timeout=30)
+        first, second = Worker(sleeper), Worker(deaf)
+        assert stop(first, second, seconds=0.5) == [second]
+        assert (sleeper.exitcode, deaf.exitcode) == (-signal.SIGTERM, -signal.SIGKILL)
+    finally:
+        for process in (sleeper, deaf):
+            process.kill()
+            process.join()
