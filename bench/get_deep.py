@@ -16,12 +16,18 @@ import contextlib
 import os
 import queue
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from multiprocessing import get_context
 from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue as Results
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
+
+from harness.stopping import Worker, stop
 
 QUEUE = "jobs"
 
@@ -76,28 +82,6 @@ def _results(
     return results
 
 
-def _stop(workers: Sequence[BaseProcess], seconds: float = 10.0) -> None:
-    """SIGTERM each of `workers` still running, SIGKILL those not gone within `seconds`, and
-    join each: a worker terminated and not joined stayed a zombie until the interpreter's exit
-    joined it, with no time limit. RuntimeError, naming their pids, for any still running
-    `seconds` after its SIGKILL (stuck in the kernel), as harness.stopping.kill says."""
-    for worker in workers:
-        worker.terminate()
-    deadline = time.monotonic() + seconds
-    for worker in workers:
-        worker.join(timeout=max(0.0, deadline - time.monotonic()))
-    overdue = [worker for worker in workers if worker.is_alive()]
-    for worker in overdue:
-        worker.kill()
-    deadline = time.monotonic() + seconds
-    for worker in overdue:
-        worker.join(timeout=max(0.0, deadline - time.monotonic()))
-    if stuck := [str(worker.pid) for worker in overdue if worker.is_alive()]:
-        raise RuntimeError(
-            f"worker pid {', '.join(stuck)} still running {seconds:g} s after SIGKILL"
-        )
-
-
 def _case(processes: int, each: int, limit: float, consumer: bool, base: str | None) -> str:
     root = tempfile.mkdtemp(prefix="get-deep-", dir=base)  # None: the system's tmp dir
     try:
@@ -112,7 +96,8 @@ def _case(processes: int, each: int, limit: float, consumer: bool, base: str | N
         try:
             results = _results(out, workers, limit + 600)
         except BaseException:
-            _stop(workers)  # not left to run on (and be waited for at exit)
+            # Not left to run on (and be waited for at exit): SIGTERM, SIGKILL past 10 s, joined.
+            stop(*map(Worker, workers), seconds=10.0)
             raise
         for worker in workers:
             worker.join()
