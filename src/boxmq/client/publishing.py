@@ -206,7 +206,11 @@ class Publisher:
         check_flag("reserved", reserved)  # "no" let a user's bx_nb through
         check_given(properties, correlation_id, reply_to)
         if not reserved:  # a door's: the MQTT one lets an ACL rule allow `$SYS`
-            refuse_sys(topic)
+            if not (retain and not body):
+                # The empty retained one deletes: a `$SYS` message an older boxmq stored
+                # (before 2026-11-30's release), which each server still hands out beside
+                # its own, has no other way out.
+                refuse_sys(topic)
             refuse_reserved(properties)
         _check_source(source)
         mqtt_fields.check(properties or {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,3 +100,28 @@ def test_boxmq_publish_to_a_sys_topic_is_refused_and_a_subscriber_gets_the_serve
         finally:
             for client in (watcher, late):
                 client.stop()
+
+
+def test_a_sys_retained_message_an_older_boxmq_stored_can_be_deleted(tmp_path: Path) -> None:
+    """A root boxmq d2f8abf0 (stop 48) wrote: its `boxmq publish '$SYS/broker/version' fake
+    --retain` was stored (fixtures/README.md), and a server of today still hands it to each
+    new subscriber beside its own. Today's CLI refused every publish to `$SYS`, the empty
+    retained one that deletes it too, so an upgraded root kept it for good. The empty one is
+    taken: the stored message is gone, and a new subscriber gets the server's alone."""
+    fixture = Path(__file__).parent / "fixtures" / "sys-retained-d2f8abf0"
+    root = tmp_path / "root"
+    shutil.copytree(fixture, root)
+    deleted = boxmq_cli(root, "publish", "$SYS/broker/version", "", "--retain")
+    assert deleted.returncode == 0, deleted.stderr
+    assert not os.listdir(root / "topic-root" / ".retained")
+    again = boxmq_cli(root, "publish", "$SYS/broker/version", "fake", "--retain")
+    assert again.returncode == 1, again  # a message there is still the server's alone
+    with serving_fresh(tmp_path, "--sys-interval", "500ms") as running:
+        late = paho(running, "late")
+        try:
+            late.subscribe("$SYS/broker/version")
+            got = late.next()
+            assert got.payload.startswith(b"boxmq version "), got
+            assert late.nothing(within=1.0)
+        finally:
+            late.stop()
