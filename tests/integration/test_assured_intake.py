@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -1335,3 +1336,32 @@ def test_a_deliver_another_process_finished_from_its_marker_before_its_send_is_d
         # a late repeat of step 1: answered if remembered, else a new message under the id
         assert box.assured("s", "1", b"x", queue="counts") is not remember
         assert marker.exists() is remember
+
+
+def test_a_repeat_of_a_sys_message_an_older_boxmq_holds_is_answered_as_a_repeat(
+    tmp_path: Path,
+) -> None:
+    """A root boxmq d2f8abf0 (stop 48) wrote: it stored step 1 of alice's s-1 to the topic
+    `$SYS/app/fake` (fixtures/README.md), which today's intake refuses, a `$SYS` topic being
+    an MQTT server's own. Step 1 sent again after the upgrade (its answer lost, as a sender
+    whose server stopped before answering sends it) raised InvalidTopic, so the sender took
+    its message for refused and never sent the deliver: it waited in working/ until
+    pending_ttl dropped it. A repeat of a message held is answered as one, and its deliver
+    sends it once; a new message to `$SYS` is refused as before."""
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "sys-assured-d2f8abf0", root)
+    clock = ManualClock(start=1_796_086_130.0)  # seconds after that release wrote it
+    with boxmq.open(root, clock=clock) as box:
+        subscription = box.subscribe("$SYS/app/#", "watcher")
+        assert box.assured("alice@example.org/r", "s-1", b"x", topic="$SYS/app/fake") is False
+        assert box.deliver("alice@example.org/r", "s-1") is True
+        assert box.deliver("alice@example.org/r", "s-1") is False
+        message = subscription.receive(timeout=5)
+        assert message is not None
+        assert (message.topic, message.body) == ("$SYS/app/fake", b"x")
+        message.ack()
+        assert subscription.receive_nowait() is None
+        with pytest.raises(boxmq.InvalidTopic, match=r"\$SYS topics are the MQTT server's own"):
+            box.assured("alice@example.org/r", "s-2", b"y", topic="$SYS/app/fake")
+        subscription.close()
+    assert not list((root / "topic-root" / ".incoming" / "working").iterdir())

@@ -284,8 +284,6 @@ class AssuredIntake:
             # Before anything is kept: a topic no publish could take ("a/+", "") was stored,
             # then failed at `deliver` after its marker, and every later start with it.
             validate_topic(message.topic)
-            if not reserved:  # a door's: the MQTT one lets an ACL rule allow `$SYS`
-                refuse_sys(message.topic)
         check_given(message.properties, None, None)
         if not reserved:
             refuse_reserved(message.properties)
@@ -302,6 +300,10 @@ class AssuredIntake:
         if action is not Action.STORE:
             return None
         try:
+            if message.topic is not None and not reserved:  # the MQTT door's: an ACL may allow
+                # Once the books took it for new: a repeat of one held is answered as such,
+                # one a release before 2026-11-30's stored, when `$SYS` was taken, included.
+                refuse_sys(message.topic)
             # A new message under the id: a marker of the last one goes (reclaimed, or no
             # longer remembered: past done_ttl, or done_ttl 0), or a restart would take the
             # new file for one delivered but not yet moved, and send it without its deliver.
