@@ -30,8 +30,8 @@ from xml.etree.ElementTree import Element
 
 from boxmq.errors import InvalidArgument
 from boxmq.xmpp import ns, render
+from boxmq.xmpp.forms import without_blanks
 from boxmq.xmpp.jids import normal
-from boxmq.xmpp.requests import without_blanks
 
 __all__ = ["Level", "ReliableSender", "msg_id_of"]
 

@@ -16,6 +16,7 @@ from xml.etree.ElementTree import Element
 from boxmq.xmpp import ns
 from boxmq.xmpp.conditions import Condition
 from boxmq.xmpp.errors import StanzaError
+from boxmq.xmpp.forms import FormError, submitted
 from boxmq.xmpp.jids import normal
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "bare",
     "parse_iq",
     "parse_request",
-    "without_blanks",
 ]
 
 
@@ -86,7 +86,7 @@ class Configure:
 class Subscribe:
     node: str
     jid: str
-    options: dict[str, str] | None  # the submitted subscribe_options form; None if absent
+    options: dict[str, str] | None  # the subscribe_options form submitted; None: none, or cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +163,8 @@ BAD_REQUEST: Final = Condition("modify", "bad-request")
 SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
 _INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")  # XEP-0060 §6.1.3.1
+_INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
+_NOT_ACCEPTABLE: Final = Condition("modify", "not-acceptable")  # XEP-0060 §8.2.5
 # XEP-0060 §8.1.2: a create without a node asks for an instant node, which is not served
 _INSTANT_NODE: Final = Condition("modify", "not-acceptable", "nodeid-required")
 
@@ -198,18 +200,9 @@ _PUBLISH = ns.tag(ns.PUBSUB, "publish")
 _RETRACT = ns.tag(ns.PUBSUB, "retract")
 _ITEM = ns.tag(ns.PUBSUB, "item")
 _PUBLISH_OPTIONS = ns.tag(ns.PUBSUB, "publish-options")
+_FORM = ns.tag(ns.DATA, "x")
 _QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
 _QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
-
-
-_XML_BLANKS: Final = " \t\r\n"  # XML's white space (XML 1.0, production 3: S)
-
-
-def without_blanks(value: str) -> str:
-    """A form field's value without the XML blanks around it, as XML Schema's whiteSpace
-    collapse takes them: not `str.strip()`, which also takes a no-break space, an em space or
-    NEL (U+0085), none of which a field's integer or word may be written with."""
-    return value.strip(_XML_BLANKS)
 
 
 def bare(jid: str) -> str:
@@ -379,32 +372,24 @@ def _qos(child: Element) -> Request:
 
 
 def _options(pubsub: Element) -> dict[str, str] | None:
-    """The submitted subscribe_options form, field by field (first value of each)."""
+    """The submitted subscribe_options form's fields; None if there is none, or it is
+    cancelled. A form that does not say one thing per field is an invalid group of options
+    (XEP-0060 §6.3, form processing failure)."""
     options = pubsub.find(ns.tag(ns.PUBSUB, "options"))
-    form = options.find(ns.tag(ns.DATA, "x")) if options is not None else None
-    if form is None:
-        return None
-    values = {}
-    for field in form.iter(ns.tag(ns.DATA, "field")):
-        var = field.get("var")
-        value = field.find(ns.tag(ns.DATA, "value"))
-        if var and value is not None:
-            values[var] = without_blanks(value.text or "")
-    return values
+    try:
+        return submitted(options.find(_FORM) if options is not None else None)
+    except FormError as error:
+        raise StanzaError(_INVALID_OPTIONS, str(error)) from None
 
 
 def _config(configure: Element | None) -> dict[str, str]:
-    """A submitted node_config form's fields, first value of each (FORM_TYPE left out).
-    A form of type 'cancel' (XEP-0060 §8.2.4) asks for nothing: {}."""
-    form = configure.find(ns.tag(ns.DATA, "x")) if configure is not None else None
-    if form is None or form.get("type") == "cancel":
-        return {}
-    values = {}
-    for field in form.iter(ns.tag(ns.DATA, "field")):
-        var = field.get("var")
-        if var and var != "FORM_TYPE":
-            values[var] = without_blanks(field.findtext(ns.tag(ns.DATA, "value")) or "")
-    return values
+    """A submitted node_config form's fields; {} if there is none, or it is of type 'cancel'
+    (XEP-0060 §8.2.4). A form that does not say one thing per field is one the service cannot
+    apply (XEP-0060 §8.2.5), as a field asking for another setting is (service._refuse_config)."""
+    try:
+        return submitted(configure.find(_FORM) if configure is not None else None) or {}
+    except FormError as error:
+        raise StanzaError(_NOT_ACCEPTABLE, str(error)) from None
 
 
 def _node(node: str | None) -> str:

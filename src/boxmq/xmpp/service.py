@@ -976,7 +976,7 @@ def _queue_requests(iq: Iq, request: Subscribe) -> int:
             "</pubsub>",
         )
     # xs:integer's lexical form, whose blanks around it the form's reader took off
-    # (requests._options): a client may write 10000 as "010000" or "+10000". Not int(),
+    # (forms.submitted): a client may write 10000 as "010000" or "+10000". Not int(),
     # which also takes "1_0" and other scripts' digits.
     written = _XS_INTEGER.fullmatch(value)
     digits = written["digits"].lstrip("0") if written and written["sign"] != "-" else ""
