@@ -11,6 +11,7 @@ from xml.etree import ElementTree as ET
 import pytest
 from harness.prosody import PS, SERVICE, Client, Prosody, QosRequests, clients, first_to_hear
 from slixmpp.exceptions import IqError
+from slixmpp.plugins.xep_0004.stanza import Form
 from slixmpp.xmlstream.handler import Callback
 from tests.xmpp.clients import component
 
@@ -432,5 +433,37 @@ def test_slixmpps_pubsub_plugin_lists_a_subscription_and_ends_it_by_its_subid_on
                 SERVICE, "jobs", subid=subid, timeout=alice.timeout
             )
             assert await subids() == []
+
+    run(scenario())
+
+
+def test_slixmpps_node_config_form_asking_two_node_types_is_not_acceptable(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # Both form readers took a field's first value and dropped the rest: an owner asking for
+    # pubsub#node_type = leaf and collection was answered result (docs/xmpp.md, Data forms)
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice") as [alice]:
+            alice.register_plugin("xep_0060")
+            pubsub = alice.plugin["xep_0060"]
+
+            def config(node_type: str | list[str]) -> Form:
+                form = Form()  # type: ignore[no-untyped-call]
+                form["type"] = "submit"
+                form.add_field(  # type: ignore[no-untyped-call]
+                    var="FORM_TYPE", ftype="hidden", value=ns.PUBSUB + "#node_config"
+                )
+                form.add_field(var="pubsub#node_type", value=node_type)  # type: ignore[no-untyped-call]
+                return form
+
+            with pytest.raises(IqError) as refused:
+                await pubsub.set_node_config(  # type: ignore[no-untyped-call]
+                    SERVICE, "jobs", config(["leaf", "collection"]), timeout=alice.timeout
+                )
+            assert refused.value.condition == "not-acceptable"
+            assert "pubsub#node_type" in refused.value.text
+            await pubsub.set_node_config(  # type: ignore[no-untyped-call]
+                SERVICE, "jobs", config("leaf"), timeout=alice.timeout
+            )
 
     run(scenario())
