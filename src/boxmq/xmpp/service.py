@@ -790,14 +790,14 @@ class QueueService:
         """XEP-0060 §8.2.5: an option the service cannot apply is not-acceptable. Nothing
         here can be changed, so a field asking for other than what the node has would be
         answered result and ignored: the owner would believe max_items=5, say, was set."""
-        fixed = self._node_config(destination)
+        fixed = {var: value for var, (value, _) in self._node_config(destination).items()}
         for var, value in submitted.items():
-            if var not in fixed or not _same_setting(value, fixed[var][0]):
+            if var not in fixed or not _same_setting(value, fixed[var]):
+                has = ", ".join(f"{v}={setting}" for v, setting in fixed.items())
                 raise StanzaError(
                     _NOT_ACCEPTABLE,
-                    f"{var}={value!r} cannot be applied: a node here has one fixed "
-                    "configuration (pubsub#node_type=leaf, boxmq#destination, "
-                    "boxmq#lock_timeout from --xmpp-lock-timeout)",
+                    f"{var}={value!r} cannot be applied: this node has one fixed "
+                    f"configuration ({has}; the lock timeout is --xmpp-lock-timeout's)",
                 )
 
     def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:

@@ -212,6 +212,28 @@ def test_a_configuration_boxmq_cannot_apply_is_not_acceptable(wire: Wire, box: b
     assert "made" in box.queues()
 
 
+def test_a_refused_configuration_says_the_one_the_node_has(wire: Wire) -> None:
+    # The refusal named the fields and not their values: the owner was left to read the form
+    # again to learn what a submission may ask for (the lock timeout, say).
+    wire.create()
+    wire.subscribe(BOB, 1, node="news")
+    for node, destination in (("jobs", "queue"), ("news", "topic")):
+        refused = wire.iq(
+            ALICE,
+            f"<pubsub xmlns='{OWNER}'><configure node='{node}'>"
+            f"{_config_form({'boxmq#lock_timeout': '5'})}</configure></pubsub>",
+        )
+        assert condition(refused) == ("modify", "not-acceptable")
+        text = refused.findtext(f".//{{{ns.STANZAS}}}text") or ""
+        assert "boxmq#lock_timeout='5' cannot be applied" in text, text
+        for setting in (
+            "pubsub#node_type=leaf",
+            f"boxmq#destination={destination}",
+            "boxmq#lock_timeout=30",
+        ):
+            assert setting in text, text
+
+
 def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box) -> None:
     wire.create()
     wire.subscribe(ALICE, 1)
