@@ -14,7 +14,7 @@ from typing import Final
 from xml.etree.ElementTree import Element
 
 from boxmq.xmpp import ns
-from boxmq.xmpp.conditions import Condition
+from boxmq.xmpp.conditions import INVALID_OPTIONS, NOT_ACCEPTABLE, Condition
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.forms import FormError, submitted
 from boxmq.xmpp.jids import normal
@@ -163,8 +163,6 @@ BAD_REQUEST: Final = Condition("modify", "bad-request")
 SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
 _INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")  # XEP-0060 §6.1.3.1
-_INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
-_NOT_ACCEPTABLE: Final = Condition("modify", "not-acceptable")  # XEP-0060 §8.2.5
 # XEP-0060 §8.1.2: a create without a node asks for an instant node, which is not served
 _INSTANT_NODE: Final = Condition("modify", "not-acceptable", "nodeid-required")
 
@@ -379,7 +377,7 @@ def _options(pubsub: Element) -> dict[str, str] | None:
     try:
         return submitted(options.find(_FORM) if options is not None else None)
     except FormError as error:
-        raise StanzaError(_INVALID_OPTIONS, str(error)) from None
+        raise StanzaError(INVALID_OPTIONS, str(error)) from None
 
 
 def _config(configure: Element | None) -> dict[str, str]:
@@ -389,7 +387,7 @@ def _config(configure: Element | None) -> dict[str, str]:
     try:
         return submitted(configure.find(_FORM) if configure is not None else None) or {}
     except FormError as error:
-        raise StanzaError(_NOT_ACCEPTABLE, str(error)) from None
+        raise StanzaError(NOT_ACCEPTABLE, str(error)) from None
 
 
 def _node(node: str | None) -> str:

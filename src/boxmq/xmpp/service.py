@@ -47,7 +47,14 @@ from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import is_dropbox, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
-from boxmq.xmpp.conditions import INTERNAL, STOPPING, Condition, condition_for
+from boxmq.xmpp.conditions import (
+    INTERNAL,
+    INVALID_OPTIONS,
+    NOT_ACCEPTABLE,
+    STOPPING,
+    Condition,
+    condition_for,
+)
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.jids import normal
 from boxmq.xmpp.payloads import NOT_XML, payload_of
@@ -112,12 +119,10 @@ DELETED_CHECK: Final = 1.0
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
-_INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
-_NOT_ACCEPTABLE: Final = Condition("modify", "not-acceptable")  # XEP-0060 §8.2.5
 _FORBIDDEN: Final = Condition("auth", "forbidden")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 
@@ -795,7 +800,7 @@ class QueueService:
             if var not in fixed or not _same_setting(value, fixed[var]):
                 has = ", ".join(f"{v}={setting}" for v, setting in fixed.items())
                 raise StanzaError(
-                    _NOT_ACCEPTABLE,
+                    NOT_ACCEPTABLE,
                     f"{var}={value!r} cannot be applied: this node has one fixed "
                     f"configuration ({has}; the lock timeout is --xmpp-lock-timeout's)",
                 )
@@ -982,7 +987,7 @@ def _queue_requests(iq: Iq, request: Subscribe) -> int:
     digits = written["digits"].lstrip("0") if written and written["sign"] != "-" else ""
     count = int(digits) if 1 <= len(digits) <= 5 else 0  # 0: refused below, as is 10001..99999
     if not 1 <= count <= 10_000:
-        raise StanzaError(_INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
+        raise StanzaError(INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
     return count
 
 
