@@ -24,10 +24,16 @@ class FormError(ValueError):
     its own XEP (bad-request for options, not-acceptable for a configuration)."""
 
 
-def submitted(form: Element | None) -> dict[str, str] | None:
-    """The fields of a submitted form, var -> value, FORM_TYPE left out; None if there is no
-    form or it is of type 'cancel' (XEP-0004 §3.1: it submits nothing, whatever fields
-    slixmpp's Form kept in it).
+def submitted(form: Element | None, form_type: str) -> dict[str, str] | None:
+    """The fields of a submitted form of kind `form_type`, var -> value, FORM_TYPE left out;
+    None if there is no form or it is of type 'cancel' (XEP-0004 §3.1: it submits nothing,
+    whatever fields slixmpp's Form kept in it).
+
+    A form whose FORM_TYPE names another kind is refused with FormError: its fields mean what
+    that kind says (XEP-0068 §3), and a node_config form read as subscribe options would be
+    answered for fields its sender never asked of a subscription. A form without FORM_TYPE
+    (or with an empty one) is read as `form_type`: XEP-0004 does not require the field, and
+    the element the form comes in (<options/>, <configure/>) says already what it is for.
 
     A field with no <value/> is an empty one (""), as an empty <value/> is: the form sent back
     unfilled is answered for what it lacks. A field without a var is a fixed one, a label
@@ -40,7 +46,10 @@ def submitted(form: Element | None) -> dict[str, str] | None:
     values: dict[str, str] = {}
     for field in form.findall(_FIELD):  # the form's own, not a <reported/>'s or an <item/>'s
         var = field.get("var")
-        if not var or var == "FORM_TYPE":
+        if var == "FORM_TYPE":
+            _check_form_type(field, form_type)
+            continue
+        if not var:
             continue
         if var in values:
             raise FormError(f"field {var} is given twice: a field is given once")
@@ -49,6 +58,12 @@ def submitted(form: Element | None) -> dict[str, str] | None:
             raise FormError(f"field {var} has {len(given)} values: it takes one")
         values[var] = without_blanks(given[0].text or "") if given else ""
     return values
+
+
+def _check_form_type(field: Element, expected: str) -> None:
+    named = without_blanks(field.findtext(_VALUE) or "")
+    if named and named != expected:
+        raise FormError(f"FORM_TYPE {named} is not {expected}: send a form of that kind here")
 
 
 def without_blanks(value: str) -> str:

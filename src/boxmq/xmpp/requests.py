@@ -371,21 +371,24 @@ def _qos(child: Element) -> Request:
 
 def _options(pubsub: Element) -> dict[str, str] | None:
     """The submitted subscribe_options form's fields; None if there is none, or it is
-    cancelled. A form that does not say one thing per field is an invalid group of options
-    (XEP-0060 §6.3, form processing failure)."""
+    cancelled. A form that does not say one thing per field, or is of another FORM_TYPE, is an
+    invalid group of options (XEP-0060 §6.3, form processing failure)."""
     options = pubsub.find(ns.tag(ns.PUBSUB, "options"))
     try:
-        return submitted(options.find(_FORM) if options is not None else None)
+        form = options.find(_FORM) if options is not None else None
+        return submitted(form, ns.SUBSCRIBE_OPTIONS)
     except FormError as error:
         raise StanzaError(INVALID_OPTIONS, str(error)) from None
 
 
 def _config(configure: Element | None) -> dict[str, str]:
     """A submitted node_config form's fields; {} if there is none, or it is of type 'cancel'
-    (XEP-0060 §8.2.4). A form that does not say one thing per field is one the service cannot
-    apply (XEP-0060 §8.2.5), as a field asking for another setting is (service._refuse_config)."""
+    (XEP-0060 §8.2.4). A form that does not say one thing per field, or is of another
+    FORM_TYPE, is one the service cannot apply (XEP-0060 §8.2.5), as a field asking for another
+    setting is (service._refuse_config)."""
     try:
-        return submitted(configure.find(_FORM) if configure is not None else None) or {}
+        form = configure.find(_FORM) if configure is not None else None
+        return submitted(form, ns.NODE_CONFIG) or {}
     except FormError as error:
         raise StanzaError(NOT_ACCEPTABLE, str(error)) from None
 

@@ -117,7 +117,7 @@ SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subs
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
-NODE_CONFIG: Final = ns.PUBSUB + "#node_config"
+NODE_CONFIG: Final = ns.NODE_CONFIG
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")

@@ -21,6 +21,7 @@ from boxmq.xmpp.forms import FormError, submitted, without_blanks
 from boxmq.xmpp.requests import Configure, Subscribe, parse_iq, parse_request
 
 _FORM_TYPE = ns.SUBSCRIBE_OPTIONS
+_NODE_CONFIG = ns.NODE_CONFIG
 
 # What slixmpp's xep_0004 plugin registers when a client loads it: without, a Form written
 # type='cancel' keeps its fields, which no client with the plugin sends
@@ -78,10 +79,14 @@ def _options(form: Form | str) -> dict[str, str] | tuple[str, str, str | None] |
     return request.options
 
 
-def _config(form: Form | str) -> dict[str, str] | tuple[str, str, str | None]:
-    """What a configure submit carrying `form` asks for, or the error it is answered with."""
+def _config(
+    form: Form | str, form_type: str = _NODE_CONFIG
+) -> dict[str, str] | tuple[str, str, str | None]:
+    """What a configure submit carrying `form` asks for, or the error it is answered with; the
+    form's FORM_TYPE made `form_type`, so that one form is tried as options and as config."""
+    written = str(form).replace(_FORM_TYPE, form_type)
     iq = _iq(
-        f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><configure node='jobs'>{form}</configure></pubsub>"
+        f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><configure node='jobs'>{written}</configure></pubsub>"
     )
     try:
         request = parse_request(parse_iq(iq))
@@ -173,7 +178,9 @@ def test_whatever_a_field_holds_it_is_read_back_without_its_blanks(
     fields: dict[str, str],
 ) -> None:
     form = ET.fromstring(str(_submitted(*fields.items())))
-    assert submitted(form) == {var: without_blanks(value) for var, value in fields.items()}
+    assert submitted(form, _FORM_TYPE) == {
+        var: without_blanks(value) for var, value in fields.items()
+    }
 
 
 @given(
@@ -187,17 +194,46 @@ def test_any_field_with_two_values_or_given_twice_refuses_the_whole_form(
     twice = _submitted(*fields.items())
     _add(twice, var=var, value=fields[var])
     with pytest.raises(FormError, match=var):
-        submitted(ET.fromstring(str(twice)))
+        submitted(ET.fromstring(str(twice)), _FORM_TYPE)
     both = _submitted(*((v, [x, x] if v == var else x) for v, x in fields.items()))
     with pytest.raises(FormError, match=var):
-        submitted(ET.fromstring(str(both)))
+        submitted(ET.fromstring(str(both)), _FORM_TYPE)
 
 
 def test_no_form_and_a_form_without_fields() -> None:
-    assert submitted(None) is None
-    assert submitted(ET.fromstring(str(_submitted()))) == {}
+    assert submitted(None, _FORM_TYPE) is None
+    assert submitted(ET.fromstring(str(_submitted())), _FORM_TYPE) == {}
     # a <reported/> or an <item/> is a result's, its fields are no answer of the submitter's
     result = _submitted()
     result.add_reported("pubsub#queue_requests")  # type: ignore[no-untyped-call]
     result.add_item({"pubsub#queue_requests": "5"})  # type: ignore[no-untyped-call]
-    assert submitted(ET.fromstring(str(result))) == {}
+    assert submitted(ET.fromstring(str(result)), _FORM_TYPE) == {}
+
+
+def test_a_form_of_another_form_type_is_refused_not_read_as_the_expected_kind() -> None:
+    # XEP-0068 §3: FORM_TYPE says what the fields mean. An owner's node_config form sent in a
+    # subscribe's <options/> (or the other way) was read as the kind expected, its fields
+    # taken for options: both requests now refuse it, naming the FORM_TYPE it should carry.
+    assert _options(
+        str(_submitted(("pubsub#queue_requests", "3"))).replace(_FORM_TYPE, _NODE_CONFIG)
+    ) == ("modify", "bad-request", "invalid-options")
+    assert _config(_submitted(("pubsub#node_type", "leaf")), _FORM_TYPE) == (
+        "modify",
+        "not-acceptable",
+        None,
+    )
+    with pytest.raises(FormError, match=_FORM_TYPE):
+        submitted(ET.fromstring(str(_submitted()).replace(_FORM_TYPE, _NODE_CONFIG)), _FORM_TYPE)
+
+
+def test_a_form_without_form_type_is_read_as_the_expected_kind() -> None:
+    # XEP-0004 does not require a FORM_TYPE (slixmpp writes one only when told), and the
+    # element a form comes in says which kind it is: a form without one, or with an empty
+    # one, is read as before
+    form = _form()
+    form["type"] = "submit"
+    _add(form, var="pubsub#queue_requests", value="3")
+    assert _options(form) == {"pubsub#queue_requests": "3"}
+    assert _config(form) == {"pubsub#queue_requests": "3"}
+    _add(form, var="FORM_TYPE", ftype="hidden")
+    assert _options(form) == {"pubsub#queue_requests": "3"}
