@@ -84,6 +84,7 @@ from boxmq.xmpp.requests import (
     parse_request,
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
+from boxmq.xmpp.subscribe_options import QOS_LEVEL, QUEUE_REQUESTS, refuse_unserved
 from boxmq.xmpp.subscriptions import (
     SHARE_GROUP,
     Subscription,
@@ -112,11 +113,9 @@ FEATURES: Final = (
     ns.QUEUEING,
     ns.QOS,
 )
-QUEUE_REQUESTS: Final = "pubsub#queue_requests"
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
-QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
 NODE_CONFIG: Final = ns.NODE_CONFIG
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
@@ -544,6 +543,8 @@ class QueueService:
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
         if bare(request.jid) != bare(iq.sender):
             raise StanzaError(_INVALID_JID, "subscribe your own JID")
+        if request.options is not None:  # before anything is subscribed or changed
+            refuse_unserved(request.options)
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
