@@ -1,8 +1,9 @@
 """XEP-0004 data forms as a client submits them: the one reader of every form a request carries
-(a subscribe's <options/>, a create's or an owner's <configure/>).
+(a subscribe's <options/>, a create's or an owner's <configure/>, a publish's
+<publish-options/>).
 
 Pure: an ElementTree element in, a dict out. What a field means is its caller's business; what
-a form says is read here once, so that the two requests cannot read one form two ways.
+a form says is read here once, so that no two requests can read one form two ways.
 """
 
 from __future__ import annotations

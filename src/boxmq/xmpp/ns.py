@@ -8,6 +8,7 @@ __all__ = [
     "DISCO_INFO",
     "DISCO_ITEMS",
     "NODE_CONFIG",
+    "PUBLISH_OPTIONS",
     "PUBSUB",
     "PUBSUB_ERRORS",
     "PUBSUB_EVENT",
@@ -27,6 +28,7 @@ PUBSUB_EVENT = "http://jabber.org/protocol/pubsub#event"
 PUBSUB_ERRORS = "http://jabber.org/protocol/pubsub#errors"
 SUBSCRIBE_OPTIONS = "http://jabber.org/protocol/pubsub#subscribe_options"
 NODE_CONFIG = "http://jabber.org/protocol/pubsub#node_config"
+PUBLISH_OPTIONS = "http://jabber.org/protocol/pubsub#publish-options"
 QUEUEING = "urn:xmpp:pubsub:queueing:0"
 # XEP-0254 Listing 11 writes the unlock notification in this namespace, which the document
 # never defines: accepted on input, never sent (docs/xmpp.md, "The document's slips").

@@ -319,17 +319,25 @@ def _not_served(
 def _refuse_publish_options(pubsub: Element) -> None:
     """XEP-0060 §7.1.5: publish options are preconditions the node must meet (an access
     model, say). A node here has none to meet them with, and a publish that dropped them
-    would go where its publisher forbade it to: refused, unless the form asks nothing."""
+    would go where its publisher forbade it to: refused, unless the form asks nothing (no
+    field but its FORM_TYPE and labels, or cancelled), read as every other form is. A form
+    that cannot be read (of another FORM_TYPE, a field given twice) asks something all the
+    same, and is refused the same way."""
     options = pubsub.find(_PUBLISH_OPTIONS)
-    if options is None:
-        return
-    for field in options.iter(ns.tag(ns.DATA, "field")):
-        if field.get("var") != "FORM_TYPE":
-            raise StanzaError(
-                not_implemented("publish-options"),
-                f"publish options ({field.get('var')}, ...) are not served here: "
-                "publish without them",
-            )
+    form = options.find(_FORM) if options is not None else None
+    try:
+        asked = submitted(form, ns.PUBLISH_OPTIONS)
+    except FormError as error:
+        raise _publish_options_refused(str(error)) from None
+    if asked:
+        raise _publish_options_refused(f"{next(iter(asked))}, ...")
+
+
+def _publish_options_refused(what: str) -> StanzaError:
+    return StanzaError(
+        not_implemented("publish-options"),
+        f"publish options ({what}) are not served here: publish without them",
+    )
 
 
 def _publish(verb: Element) -> Publish:

@@ -914,6 +914,36 @@ def test_a_publish_with_options_is_refused_publish_options_and_stores_nothing(
     assert len(box.queue("jobs").peek()) == 1
 
 
+def _publish_with_form(wire: Wire, form: str) -> ET.Element:
+    return wire.iq(
+        CAROL,
+        f"<pubsub xmlns='{PS}'><publish node='jobs'><item><job xmlns='urn:e'>1</job></item>"
+        f"</publish><publish-options>{form}</publish-options></pubsub>",
+    )
+
+
+def test_publish_options_are_read_as_every_other_form_is(wire: Wire, box: boxmq.Box) -> None:
+    # A third reader walked every <field/> below <publish-options/>: a cancelled form, which
+    # submits nothing (XEP-0004 §3.1), and a fixed label were refused as options asked, and a
+    # node_config form carrying only its FORM_TYPE was taken as publish options asking nothing.
+    access = "<field var='pubsub#access_model'><value>whitelist</value></field>"
+    cancelled = f"<x xmlns='{ns.DATA}' type='cancel'>{access}</x>"
+    assert _publish_with_form(wire, cancelled).get("type") == "result"
+    label = f"<x xmlns='{ns.DATA}' type='submit'><field type='fixed'><value>a</value></field></x>"
+    assert _publish_with_form(wire, label).get("type") == "result"
+    assert len(box.queue("jobs").peek()) == 2
+    other_kind = (
+        f"<x xmlns='{ns.DATA}' type='submit'><field var='FORM_TYPE' type='hidden'>"
+        f"<value>{ns.NODE_CONFIG}</value></field></x>"
+    )
+    reply = _publish_with_form(wire, other_kind)
+    assert condition(reply) == ("cancel", "feature-not-implemented")
+    assert "pubsub#publish-options" in ET.tostring(reply, encoding="unicode")
+    twice = _publish_with_options(wire, access + access)
+    assert condition(twice) == ("cancel", "feature-not-implemented")
+    assert len(box.queue("jobs").peek()) == 2
+
+
 def test_subscription_options_are_not_advertised(wire: Wire) -> None:
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
     features = {f.get("var") for f in reply.iter(ns.tag(ns.DISCO_INFO, "feature"))}
