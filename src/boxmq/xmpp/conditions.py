@@ -65,7 +65,7 @@ INTERNAL: Final = Condition("wait", "internal-server-error")
 # is connected, which docs/xmpp.md tells clients to retry.
 STOPPING: Final = Condition("wait", "remote-server-timeout")
 # The refusals of a submitted form, as the request that carries it reads it and as the service
-# answers what it asks: a subscribe's options (XEP-0060 §6.3.5) and a node configuration
+# answers what it asks: a subscribe's options (XEP-0060 §6.3.6) and a node configuration
 # (§8.2.5). One place, so that the reader and the service cannot word one refusal two ways.
 INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
 NOT_ACCEPTABLE: Final = Condition("modify", "not-acceptable")

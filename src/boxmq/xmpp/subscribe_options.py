@@ -1,12 +1,12 @@
 """The fields a subscribe's options form may carry, and which values of them are served.
 
-XEP-0060 §6.3.5: "an invalid group of options" is refused with bad-request + invalid-options.
-A field no one serves here (a misspelt `pubsub#queue_request`) is such a group, and so is a
-standard pubsub#subscribe_options field (§16.4.2) asking for what the service does not do:
-answered result, the subscriber would believe it granted (`pubsub#deliver` = false, and the
-items keep coming). A standard field asking for what every subscription here is anyway, or
-left empty (slixmpp's `Form.reply()` sends a field left unfilled so), is taken: a client
-library may fill them in for every service it talks to.
+XEP-0060 §6.3.6 (Form Processing, Failure): "an invalid group of options" is refused with
+bad-request + invalid-options. A field no one serves here (a misspelt `pubsub#queue_request`)
+is such a group, and so is a standard pubsub#subscribe_options field (§16.4.2) asking for
+what the service does not do: answered result, the subscriber would believe it granted
+(`pubsub#deliver` = false, and the items keep coming). A standard field asking for what every
+subscription here is anyway, or left empty (slixmpp's `Form.reply()` sends a field left
+unfilled so), is taken: a client library may fill them in for every service it talks to.
 """
 
 from __future__ import annotations

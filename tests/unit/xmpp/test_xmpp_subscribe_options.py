@@ -1,4 +1,4 @@
-"""The fields a subscribe's options form may carry (XEP-0060 §6.3.5, §16.4.2), no server.
+"""The fields a subscribe's options form may carry (XEP-0060 §6.3.6, §16.4.2), no server.
 
 A subscriber's client library may fill in the standard pubsub#subscribe_options fields; each
 is taken when it asks for what every subscription here is anyway, and refused with
