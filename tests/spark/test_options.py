@@ -236,6 +236,7 @@ def test_a_subscription_is_found_without_subscribing(root: str) -> None:
         ({"topic": "alerts/+"}, {"body"}, "^boxmq data source: option 'topic': .*wildcards"),
         ({"topic": "alerts/\ud800"}, {"body"}, "option 'topic': .*no lone surrogates"),
         ({"topic": "a" * 80}, {"body"}, "option 'topic': the topic is too long .* at most 79"),
+        ({"topic": "$SYS/broker/version"}, {"body"}, r"option 'topic': .*\$SYS topics are"),
     ],
 )
 def test_a_bad_sink_option_says_what_to_fix(
@@ -406,6 +407,7 @@ def test_a_row_to_a_queue_keeps_no_topic_from_the_topic_column() -> None:
         ({"body": b"x", "priority": 2**40}, InvalidArgument, "priority"),
         ({"body": b"x", "class": "Q"}, InvalidArgument, "M, B, S, P, O, T"),
         ({"body": b"x", "topic": "a/+/b"}, InvalidArgument, "wildcards"),
+        ({"body": b"x", "topic": "$SYS"}, InvalidArgument, r"^boxmq sink: topic name '\$SYS': "),
         (  # stored, where the API and boxmq put refuse it: a request no one could answer
             {"body": b"x", "reply_to": "r/#"},
             InvalidArgument,

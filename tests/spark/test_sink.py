@@ -244,6 +244,24 @@ def _staged_files(root: str, queue: str) -> list[str]:
     return sorted(str(path.relative_to(working)) for path in working.rglob("*") if path.is_file())
 
 
+def test_a_sys_topic_is_refused_as_a_publish_refuses_it(spark: SparkSession, root: str) -> None:
+    """`$SYS` topics are each `boxmq serve`'s own, which the API and `boxmq publish` refuse;
+    the sink published there, and a `$SYS/#` subscriber got a user's row as the server's
+    figure (found by the upgrade hunt: both writes below reached a `$SYS/#` subscription)."""
+    with boxmq.open(root, fsync="never") as box:
+        watcher = box.topics.attach_dropbox("$SYS/#", "watcher")
+    row = spark.createDataFrame([("fake",)], "body string")
+    with pytest.raises(Exception, match=r"option 'topic': .*\$SYS topics are the MQTT server's"):
+        row.write.format("boxmq").option("root", root).option("topic", "$SYS/broker/version").mode(
+            "append"
+        ).save()
+    # Where a column names each row's topic, the row that names a $SYS one fails the query.
+    columns = spark.createDataFrame([("fake", "$SYS/broker/uptime")], "body string, topic string")
+    with pytest.raises(Exception, match=r"boxmq sink: topic name '\$SYS/broker/uptime': \$SYS"):
+        columns.write.format("boxmq").option("root", root).mode("append").save()
+    assert os.listdir(Path(watcher, "target")) == []
+
+
 def test_a_failed_write_leaves_no_staged_rows_behind(
     spark: SparkSession, root: str, tmp_path: Path, finish: Finish
 ) -> None:

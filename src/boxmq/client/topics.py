@@ -36,6 +36,7 @@ from boxmq.client.sweeps import release_locks_of
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter, validate_topic
 from boxmq.core.queue import check_consumer_limits
+from boxmq.core.topics import refuse_sys
 from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound, check_flag, store_failure
 from boxmq.ids import IdFactory
 from boxmq.model import QOS, RETAINED, ConsumerId, Envelope, PropertyType
@@ -49,7 +50,7 @@ from boxmq.store.side_files import SideFiles
 from boxmq.store.spares import Spares
 from boxmq.store.v5_properties import V5Reader
 
-__all__ = ["SubscriptionInfo", "Topics", "check_filter", "check_topic_name"]
+__all__ = ["SubscriptionInfo", "Topics", "check_filter", "check_not_sys", "check_topic_name"]
 
 log = logging.getLogger("boxmq")
 
@@ -66,8 +67,16 @@ def check_filter(filter: str) -> None:
 
 def check_topic_name(topic: str) -> None:
     """Refuse (InvalidArgument, saying what is wrong) a topic name a publish would refuse: for
-    a door that checks one before it publishes (Spark's sink, which must not import the core)."""
+    a door that checks one before it publishes (Spark's sink, which must not import the core).
+    A `$SYS` one too (`refuse_sys`), as a user's publish refuses it."""
     validate_topic(topic)
+    refuse_sys(topic)
+
+
+def check_not_sys(topic: str) -> None:
+    """InvalidTopic for a topic under `$SYS`, the MQTT server's own (`refuse_sys`): for a door
+    that checks the rest of a topic name itself, once per message (Spark's sink, row by row)."""
+    refuse_sys(topic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from boxmq.client import mqtt_fields
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.spill import spilled
-from boxmq.client.topics import check_topic_name
+from boxmq.client.topics import check_not_sys, check_topic_name
 from boxmq.clock import SystemClock
 from boxmq.errors import InvalidArgument, InvalidName, MetadataTooLong
 from boxmq.ids import IdFactory
@@ -145,12 +145,17 @@ def layout_of(columns: Sequence[tuple[str, str]], *, to_queue: bool = False) -> 
 
 
 def check_topic(topic: str) -> str:
-    """A topic a message may be published to (MQTT 5.0 §4.7: no wildcards, not empty)."""
+    """A topic a message may be published to (MQTT 5.0 §4.7: no wildcards, not empty), and
+    not a `$SYS` one, which a user's publish may not write (each `boxmq serve`'s own)."""
     if not topic or "\0" in topic or "+" in topic or "#" in topic:
         raise InvalidArgument(
             f"boxmq sink: topic {topic!r} is not a topic name: it must be non-empty, "
             "without NUL and without the wildcards '+' and '#'"
         )
+    try:
+        check_not_sys(topic)
+    except InvalidArgument as error:
+        raise type(error)(f"boxmq sink: {error}") from None
     if len(topic.encode()) > 65535:
         raise InvalidArgument("boxmq sink: a topic name is at most 65535 bytes of UTF-8")
     return topic
