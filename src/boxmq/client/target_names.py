@@ -152,6 +152,11 @@ class TargetNames(LiveNews):
             return
         priority, name = top[0], top[1][0]
         at = name.index(".") + 1
+        # The rank this name gets once decoded (ready_of): its id's time in ms, as
+        # Envelope.timestamp reads it, not the microseconds the id's 16 digits stamp; those
+        # order it by the rank's last field, the name. A horizon in us would rank a decoded
+        # name of the same ms and a later us before it, handed out first (two processes
+        # putting within one ms). test_ranked_names checks both against the decoding.
         engine.hold_from((-priority, int(name[at : at + 13]) / 1000, name))
 
     def _offer_decoded(self, name: str, now: float) -> None:
