@@ -165,6 +165,7 @@ class _Batch:
         self.errors: dict[int, OSError] = {}
         # Per caller: its moves are first..first+count; told `committed`, and `ready` if any.
         self.told: list[tuple[int, int, Committed, Ready | None]] = []
+        self._heard = 0  # how many callers of `told` were told `committed` (each once)
 
     def _first_error(self, first: int, count: int) -> OSError | None:
         """The error of a caller's first failed move (its moves are first..first+count)."""
@@ -195,12 +196,22 @@ class _Batch:
                 log.exception("a commit callback failed")
 
     def tell(self) -> None:
-        """Call back the callers of the group (in the committing thread)."""
-        for first, count, committed, _ in self.told:
-            try:
-                committed(self._first_error(first, count))
-            except Exception:  # one caller's failure must not strand the others
-                log.exception("a commit callback failed")
+        """Call back the callers of the group not told yet (in the committing thread), each
+        once however often this is called. Something raised that is not an Exception (a
+        KeyboardInterrupt, or a MemoryError logging a caller's failure) goes on, but only
+        once every other caller was told: a producer not told waits for ever."""
+        told = self.told
+        try:
+            while self._heard < len(told):
+                first, count, committed, _ = told[self._heard]
+                self._heard += 1  # before the call: a caller whose callback raised was told
+                try:
+                    committed(self._first_error(first, count))
+                except Exception:  # one caller's failure must not strand the others
+                    log.exception("a commit callback failed")
+        finally:
+            if self._heard < len(told):  # interrupted: the callers after still hear theirs
+                self.tell()
 
 
 class Committer:
@@ -394,9 +405,9 @@ class Committer:
             _tell_all(told)
             raise
         self.flushes += 1
-        if renamed is not None:
-            renamed.tell()  # durable now: its producers write their next puts meanwhile
         try:
+            if renamed is not None:
+                renamed.tell()  # durable now: its producers write their next puts meanwhile
             batch.errors = _rename_each(batch.moves)
             batch.tell_ready()
         except BaseException as interruption:
@@ -430,9 +441,13 @@ class Committer:
                 return
 
 
-def _tell_all(batches: Iterable[_Batch]) -> None:
-    for batch in batches:
-        batch.tell()
+def _tell_all(batches: Sequence[_Batch]) -> None:
+    """Tell each batch's callers: those of the next too when telling one was interrupted."""
+    if batches:
+        try:
+            batches[0].tell()
+        finally:
+            _tell_all(batches[1:])
 
 
 def _rename_all(moves: Sequence[Move]) -> None:

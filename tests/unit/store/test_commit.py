@@ -457,3 +457,60 @@ def test_a_committer_whose_thread_an_interruption_ended_commits_again(
     assert later.target is not None
     assert os.path.exists(later.target)
     committer.close()
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, MemoryError])
+def test_an_interrupted_callback_strands_nobody(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, raised: type[BaseException]
+) -> None:
+    """Telling the group renamed before that it is durable is interrupted: a callback raises
+    something not an Exception (a KeyboardInterrupt), or a MemoryError the log of it runs out
+    of memory too. The others of that group still hear their success, the group whose flush
+    carried it (not renamed yet) hears a failure, each once, where they would otherwise wait
+    for ever for a thread the interruption ended."""
+    flush_filesystem = commit.flush_filesystem
+    entered, release = threading.Event(), threading.Event()
+
+    def first_waits(root: str) -> None:
+        entered.set()
+        release.wait(WAIT)  # only the first blocks: a1 and a2 arrive meanwhile, one group
+        flush_filesystem(root)
+
+    def out_of_memory(*_: object, **__: object) -> None:
+        raise MemoryError("no memory to log the failure")
+
+    monkeypatch.setattr(commit, "flush_filesystem", first_waits)
+    monkeypatch.setattr(commit.log, "exception", out_of_memory)
+    uncaught: list[type[BaseException]] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: uncaught.append(args.exc_type))
+    committer = Committer(str(tmp_path), FsyncPolicy.ALWAYS)
+    x, a1, a2, b = (written(tmp_path, 1, name) for name in ("x", "a1", "a2", "b"))
+    told: dict[str, list[OSError | None]] = {name: [] for name in ("x", "a1", "a2", "b")}
+    done = {name: threading.Event() for name in told}
+
+    def committed_as(name: str) -> Committed:
+        def committed(error: OSError | None) -> None:
+            told[name].append(error)
+            done[name].set()
+            if name == "a1":
+                raise raised("interrupted while a1's producer was woken")
+
+        return committed
+
+    def a2_ready() -> None:  # b comes while a is renamed: b's flush makes a durable
+        committer.commit_then(b, committed_as("b"))
+
+    committer.commit_then(x, committed_as("x"))
+    assert entered.wait(WAIT)
+    committer.commit_then(a1, committed_as("a1"))
+    committer.commit_then(a2, committed_as("a2"), a2_ready)
+    release.set()
+    for name, event in done.items():
+        assert event.wait(WAIT), f"{name} was never told"
+    assert told["x"] == told["a1"] == told["a2"] == [None]  # flushed with b's data
+    [error] = told["b"]
+    assert isinstance(error, OSError)
+    assert raised.__name__ in str(error)
+    assert uncaught == [raised]
+    assert sorted(os.listdir(tmp_path / "target")) == ["a10", "a20", "x0"]
+    committer.close()
