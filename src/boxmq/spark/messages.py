@@ -44,7 +44,7 @@ from boxmq.store.v5_properties import (
     correlation_text,
 )
 
-__all__ = ["Instant", "Layout", "check_topic", "layout_of", "message_of", "topic_for_every_row"]
+__all__ = ["Instant", "Layout", "layout_of", "message_of", "topic_for_every_row"]
 
 # The kinds the sink tells apart; anything else is "other".
 BINARY, STRING, INTEGER, TIMESTAMP, TIMESTAMP_NTZ, STRING_MAP, OTHER = (
@@ -144,7 +144,7 @@ def layout_of(columns: Sequence[tuple[str, str]], *, to_queue: bool = False) -> 
     )
 
 
-def check_topic(topic: str) -> str:
+def _check_topic(topic: str) -> str:
     """A topic a message may be published to (MQTT 5.0 §4.7: no wildcards, not empty), and
     not a `$SYS` one, which a user's publish may not write (each `boxmq serve`'s own)."""
     if not topic or "\0" in topic or "+" in topic or "#" in topic:
@@ -206,7 +206,7 @@ def message_of(
     if topic is None and layout.topic is not None:
         topic = _text(row, layout.topic, "topic")
     if topic is not None:
-        properties = (Property(TOPIC, PropertyType.STRING, check_topic(topic)), *properties)
+        properties = (Property(TOPIC, PropertyType.STRING, _check_topic(topic)), *properties)
     envelope = Envelope(
         message_id=MessageId(message_id) if message_id else ids.new(),
         priority=_priority(row, layout.priority),
