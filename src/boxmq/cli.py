@@ -70,10 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None and args.name != "serve":  # `>&-`: fd 1 closed, print() a no-op
         # Refused before anything is done: `subscribe` would ack each message it never
         # printed, `get` lock one nobody sees, `put` send one whose id nobody learns.
-        print(
+        output.err(
             f"{output.said_by(args)}: the standard output is closed, so nothing it prints could be "
             "read: give it one (>/dev/null to discard what it prints)",
-            file=sys.stderr,
         )
         return 1
     if isinstance(sys.stdout, io.TextIOWrapper):
@@ -87,10 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             output.flush()  # here, where a closed pipe is caught, not at exit
         return status
     except BoxMQError as error:
-        print(output.said(f"{output.said_by(args)}: {error}"), file=sys.stderr)
+        output.err(output.said(f"{output.said_by(args)}: {error}"))
         return 1
     except output.OutputError as error:
-        print(f"{output.said_by(args)}: {error}{_OUTPUT_LOST.get(args.name, '')}", file=sys.stderr)
+        output.err(f"{output.said_by(args)}: {error}{_OUTPUT_LOST.get(args.name, '')}")
         return 1
     except BrokenPipeError:
         # The reader left (`boxmq get q | head -1`): quiet, as a Unix tool killed by SIGPIPE.
@@ -99,9 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # nothing more to flush at exit
         return SIGPIPE_STATUS
     except OSError as error:
-        print(
+        output.err(
             output.said(f"{output.said_by(args)}: {cli_errors.os_error(error, str(args.data))}"),
-            file=sys.stderr,
         )
         return 1
     except KeyboardInterrupt:
@@ -125,7 +123,7 @@ def _check_message(args: argparse.Namespace) -> None:
             )
     for name, _ in args.property:
         if (known := _near_miss(name)) is not None:
-            print(output.said(_looks_like(args, name, known)), file=sys.stderr)
+            output.err(output.said(_looks_like(args, name, known)))
 
 
 def _check_session(args: argparse.Namespace) -> None:

@@ -78,10 +78,9 @@ def _body(args: argparse.Namespace) -> bytes:
                 "no body: the standard input is closed; give BODY, --file F, or pipe it in"
             )
         if sys.stdin.isatty():  # a BODY forgotten left the command waiting, without a word
-            print(
+            output.err(
                 f"{output.said_by(args)}: reading the body from the terminal: type it, then Ctrl-D "
                 "on a line of its own (Ctrl-C: nothing is sent)",
-                file=sys.stderr,
                 flush=True,
             )
         return _bounded(sys.stdin.buffer, "the standard input")
@@ -133,7 +132,7 @@ def get(args: argparse.Namespace, box: Box) -> int:
             if waiting
             else ""
         )
-        print(f"boxmq get: no message is ready in {args.queue!r}{whose}{held}", file=sys.stderr)
+        output.err(f"boxmq get: no message is ready in {args.queue!r}{whose}{held}")
         return EMPTY
     if args.json:
         record = _message_record(message, args.subscriber) | output.json_body(message.body)

@@ -23,6 +23,7 @@ __all__ = [
     "OutputError",
     "cell",
     "emit",
+    "err",
     "expires",
     "flush",
     "json_body",
@@ -48,13 +49,30 @@ class OutputError(Exception):
 
 
 def out(*values: object, flush: bool = False) -> None:
-    """print() to stdout, whose errors other than a closed pipe are an OutputError."""
+    """print() to stdout, whose errors other than a closed pipe are an OutputError; the line
+    in one write, where print() writes its end apart (two writes reach the output under
+    PYTHONUNBUFFERED, or for a line longer than its buffer): another process writing to the
+    same pipe, or a reader taking what has come, saw half a line."""
+    if sys.stdout is None:  # `serve >&-`: as print(), nothing
+        return
     try:
-        print(*values, flush=flush)
+        sys.stdout.write(" ".join(map(str, values)) + "\n")
+        if flush:
+            sys.stdout.flush()
     except BrokenPipeError:
         raise
     except OSError as error:
         raise OutputError(error) from None
+
+
+def err(line: str, *, flush: bool = False) -> None:
+    """A line to stderr in one write, as `out` writes one to stdout (print() wrote its end
+    apart); none when stderr is closed (`2>&-`), where print() wrote it to stdout."""
+    if sys.stderr is None:
+        return
+    sys.stderr.write(line + "\n")
+    if flush:
+        sys.stderr.flush()
 
 
 def out_bytes(data: bytes) -> None:

@@ -13,6 +13,7 @@ import getpass
 import json
 import sys
 
+from boxmq import cli_output as output
 from boxmq.core.topics import MQTT_STRING_MAX
 from boxmq.errors import InvalidArgument
 
@@ -51,9 +52,9 @@ def _report(args: argparse.Namespace, done: str, text: str) -> None:
     """What was done, as a line for a person or (`--json`) an object for a script. The file and
     the user as given: both were checked or written as such (the user is UTF-8 by then)."""
     if args.json:
-        print(json.dumps({"file": args.file, "user": args.user, "done": done}))
+        output.out(json.dumps({"file": args.file, "user": args.user, "done": done}))
     else:
-        print(text)
+        output.out(text)
 
 
 def _password_bytes(password: str) -> bytes:

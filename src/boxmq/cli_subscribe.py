@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import shlex
 import signal
-import sys
 import time
 from collections.abc import Iterator
 
@@ -72,10 +71,9 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
             # The command quoted for a shell, to be pasted as it is: unquoted, `$share/...`
             # lost its `$share` to the shell, and a name with a space was two words.
             ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
-            print(
+            output.err(
                 f"boxmq subscribe: reading the kept {what} {args.filter} of "
                 f"{args.subscriber}; it stays after this run (`{ends}` ends it)",
-                file=sys.stderr,
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle
         try:
@@ -101,12 +99,11 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
                 try:
                     message.ack()
                 except LockError as error:
-                    # Its lock (30 s) ended while print() waited for a slow reader of the
+                    # Its lock (30 s) ended while its line waited for a slow reader of the
                     # output: the message went back, and comes again. Not a reason to stop.
-                    print(
+                    output.err(
                         f"boxmq subscribe: {error}: printed but not acked, its lock having "
                         "ended while the output waited for its reader; it may come again",
-                        file=sys.stderr,
                     )
                 received += 1
                 if args.idle is not None:
