@@ -190,6 +190,7 @@ class Publisher:
         superseded: bool = False,
         message_id: MessageId | None = None,
         reserved: bool = False,
+        side_file: bytes | None = None,
     ) -> MessageId:
         """Send to every subscription matching `topic`; returns the message id.
 
@@ -198,7 +199,10 @@ class Publisher:
         nothing. message_id: the id to give it, from `new_id` (a door that takes a message
         in before it writes it: its place among its publisher's messages is where it was
         taken in, since a subscription orders its messages by their ids). reserved: a door's
-        message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused."""
+        message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused.
+        side_file: the bytes of the side file a door's `properties` name (`bx_v5h`), written
+        only where a file will name it: a copy, or the topic's retained message (a delete,
+        with no body, is kept nowhere)."""
         validate_topic(topic)
         level = qos_level(qos)
         check_flag("retain", retain)
@@ -230,7 +234,7 @@ class Publisher:
             envelope = as_published_retained(envelope)
         as_retained = retain and not superseded
         try:
-            self._send(envelope, data, level, source, as_retained=as_retained)
+            self._send(envelope, data, level, source, as_retained=as_retained, side_file=side_file)
         except MetadataTooLong as error:  # raised by `_names`, before anything is written
             at_level = partial(copy_names, levels=(level,))
             if as_retained:  # kept with no subscriber too (MQTT 5.0 §3.3.1.3)
@@ -252,12 +256,19 @@ class Publisher:
         return self._ids.new()
 
     def _send(
-        self, envelope: Envelope, data: bytes, level: QoS, source: str | None, *, as_retained: bool
+        self,
+        envelope: Envelope,
+        data: bytes,
+        level: QoS,
+        source: str | None,
+        *,
+        as_retained: bool,
+        side_file: bytes | None = None,
     ) -> None:
         if as_retained:
-            self._publish_retained(envelope, data, level, source)
+            self._publish_retained(envelope, data, level, source, side_file)
         else:
-            self._route(envelope, data, level, source)
+            self._route(envelope, data, level, source, side_file=side_file)
 
     def topic_room(
         self,
@@ -288,7 +299,12 @@ class Publisher:
         copy_names(envelope, (QoS.EXACTLY_ONCE,))
 
     def _publish_retained(
-        self, envelope: Envelope, data: bytes, level: QoS, source: str | None
+        self,
+        envelope: Envelope,
+        data: bytes,
+        level: QoS,
+        source: str | None,
+        side_file: bytes | None = None,
     ) -> None:
         """All or nothing, as the publisher is told: the retained message is written first
         (a full disk refuses it before any copy went out) and put in place last, once the
@@ -304,7 +320,8 @@ class Publisher:
                 envelope.topic, copy_names(envelope, (level,))[level], data
             )
             try:
-                self._route(envelope, data, level, source)
+                # A retained message names its side file, unless it deletes (no body).
+                self._route(envelope, data, level, source, side_file=side_file, kept=bool(data))
             except BaseException:
                 self._retained.discard(staged)
                 raise
@@ -412,11 +429,23 @@ class Publisher:
         level: QoS,
         source: str | None,
         route: _Route | None = None,
+        *,
+        side_file: bytes | None = None,
+        kept: bool = False,
     ) -> None:
+        """Send `envelope`'s copies along `route` (found now if None). `side_file`: the bytes
+        of the side file a door's envelope names, written only where a file names it: a copy,
+        or (`kept`) the retained message; else none, nobody reading it until the sweep
+        collected it an hour later. The route is found once: a subscription made after it
+        gets no copy, so none can name a side file that was not written."""
         assert envelope.topic is not None
         if route is None:
             route = self._destinations(envelope.topic, level, source)
         names = copy_names(envelope, route.levels)
+        if side_file is not None and (kept or route.copied):
+            if self._side_files is None:  # a door's message, on a box without side files
+                raise InvalidArgument("this box keeps no side files for the properties named")
+            self._side_files.put(side_file)
         move = self._staged(envelope, data, None, route.durable, names)
         if move is not None:
             try:

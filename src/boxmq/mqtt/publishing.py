@@ -74,6 +74,7 @@ from boxmq.mqtt.stored import (
     kept_properties,
     publication_of,
     released_publish,
+    side_file_of,
     store_with_properties,
     stored_expiry,
 )
@@ -808,10 +809,13 @@ class Publishing:
                 superseded=superseded,
                 message_id=None if message_id is None else MessageId(message_id),
                 reserved=True,  # its bx_v5 or bx_v5h, and bx_rp: boxmq's own
+                # Written only where a file names it: a retained delete with no durable
+                # subscriber left one nobody read, collected an hour later.
+                side_file=side_file_of(packet, properties),
             )
 
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
-        return store_with_properties(packet, self._box.side_files, publish, room)
+        return store_with_properties(packet, self._box.side_files, publish, room, write=False)
 
     def _deliver_kept(
         self, client_id: str, packet_id: int, kept: list[Publish], number: int

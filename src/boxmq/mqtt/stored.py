@@ -74,7 +74,7 @@ from boxmq.mqtt.properties import (
 )
 from boxmq.mqtt.session import SubscriptionOptions
 from boxmq.store.names import check_consumer_name, escape_segment
-from boxmq.store.side_files import SideFiles
+from boxmq.store.side_files import SideFiles, key_of
 
 __all__ = [
     "INLINE_MAX",
@@ -88,6 +88,7 @@ __all__ = [
     "publish_of",
     "released_publish",
     "retained_publish",
+    "side_file_of",
     "storable",
     "store_with_properties",
     "stored_expiry",
@@ -165,18 +166,28 @@ def exactly_once_source(client_id: str) -> str:
 
 
 def kept_properties(
-    packet: Publish, side_files: SideFiles, *, spill: bool = False
+    packet: Publish, side_files: SideFiles, *, spill: bool = False, write: bool = True
 ) -> dict[str, str]:
     """The envelope properties that carry a PUBLISH's v5 properties (none if it has none):
     the properties themselves when short, else (or with `spill`) the key of the side file
-    they are written to here."""
+    they are written to here; write=False: not written, left to the publish, which writes
+    `side_file_of(packet)` only where a file will name it."""
     props = packet.properties.without(*NOT_FORWARDED)
     if not props:
         return {}
     packed = _pack(props)
     if len(packed) <= INLINE_MAX and not spill:
         return {V5_PROPERTIES: packed, **group_of(props)}
-    return {PROPERTIES_FILE: side_files.put(props.raw), **group_of(props)}
+    key = side_files.put(props.raw) if write else key_of(props.raw)
+    return {PROPERTIES_FILE: key, **group_of(props)}
+
+
+def side_file_of(packet: Publish, properties: dict[str, str]) -> bytes | None:
+    """The bytes of the side file `properties` (of `kept_properties(packet, ...)`) name; None
+    if they name none."""
+    if PROPERTIES_FILE not in properties:
+        return None
+    return packet.properties.without(*NOT_FORWARDED).raw
 
 
 def group_of(props: Properties) -> dict[str, str]:
@@ -195,15 +206,18 @@ def store_with_properties(
     side_files: SideFiles,
     store: Callable[[dict[str, str]], _T],
     room: Callable[[dict[str, str]], int],
+    *,
+    write: bool = True,
 ) -> _T:
     """`store(properties)` with the PUBLISH's v5 properties in the name, or, where the topic
-    leaves them too little room there, in a side file. Where even the side file's key does not
+    leaves them too little room there, in a side file (write=False: written by `store`, as
+    `kept_properties` says). Where even the side file's key does not
     fit beside the topic, the message is stored without them (and a warning logged, with the
     longest topic that `room(properties)` says `store` has room for beside the key): refusing
     it would keep it from every subscriber, the ones in memory too, who get it whole. The
     message's group (`group_of`) goes with the properties where it fits, else the properties
     go without it, else it goes alone (each time with a warning)."""
-    properties = kept_properties(packet, side_files)
+    properties = kept_properties(packet, side_files, write=write)
     try:
         return store(properties)
     except MetadataTooLong:
@@ -211,7 +225,7 @@ def store_with_properties(
             raise  # the topic alone is too long: nothing to leave out
     spilled = properties
     if V5_PROPERTIES in properties:
-        spilled = kept_properties(packet, side_files, spill=True)
+        spilled = kept_properties(packet, side_files, spill=True, write=write)
         with contextlib.suppress(MetadataTooLong):
             return store(spilled)
     # The longest topic that keeps them all, for the warning: in the name or in a side file,

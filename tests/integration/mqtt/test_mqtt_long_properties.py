@@ -7,11 +7,15 @@ must come back intact, after a restart too (docs/file-format.md, "The 255-byte l
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import RunningServer, paho, paho_properties, start_server
+
+from boxmq.store.side_files import SIDE_DIR
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 USER = [
@@ -92,3 +96,23 @@ def test_a_retained_message_keeps_its_long_properties(server: RunningServer) -> 
         message = client.next()
         assert (message.payload, message.retain) == (b"v1", True)
         _assert_intact(message.properties)
+
+
+@pytest.mark.parametrize("subscribed", [False, True], ids=["nobody", "a persistent session"])
+def test_a_retained_delete_writes_a_side_file_only_for_a_copy(
+    server: RunningServer, subscribed: bool
+) -> None:
+    """A retained PUBLISH with no payload deletes its topic's retained message and is kept
+    nowhere (MQTT 5.0 §3.3.1.3): its long properties go to a side file only where a
+    subscription's copy names it. Before, one was written all the same, which no file named
+    and the sweep collected only an hour later."""
+    sub = paho(server, "sub", clean=False, expiry=300) if subscribed else None
+    if sub is not None:
+        sub.subscribe("cfg/#", 1)
+    paho(server, "pub").publish("cfg/a", b"", 1, retain=True, properties=_long_properties())
+    if sub is not None:
+        message = sub.next()
+        assert message.payload == b""
+        _assert_intact(message.properties)
+    side = server.root / SIDE_DIR
+    assert len(os.listdir(side) if side.exists() else []) == (1 if subscribed else 0)
