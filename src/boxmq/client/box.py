@@ -54,7 +54,6 @@ from boxmq.store.layout import (
     in_the_way,
     is_dropbox,
     list_dropboxes,
-    no_dropbox,
     queue_path,
     remove_dropbox,
 )
@@ -173,9 +172,12 @@ class Box:
         """The queue `name`; created (its folders made) unless `create=False`."""
         check_flag("create", create)
         path = queue_path(self.root, name)
-        if not create and no_dropbox(path):
-            raise QueueNotFound(self._missing(name, path))
-        dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
+        try:
+            # Its own look at the folder (no_dropbox) says whether there is one: looked at
+            # here first too, a queue's target/ was looked at twice.
+            dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
+        except QueueNotFound:
+            raise QueueNotFound(self._missing(name, path)) from None
         return self._queue_of(name, dropbox, lambda: self._engines.live(name, dropbox))
 
     def subscription(self, filter: str, subscriber: str | None = None) -> Queue:

@@ -600,13 +600,15 @@ class QueueService:
     def _owner_of(self, node: str) -> str | None:
         """The bare JID that owns the queue `node`; None for a topic, or a queue without one.
         A queue not in use here is not kept in `_queues` for this: a list of every queue's
-        owners would keep them all."""
-        try:
-            if no_dropbox(queue_path(self._box.root, node)):
+        owners would keep them all. No look at the folder first (a listing asks this per
+        queue): box.queue makes one, and a known queue deleted elsewhere has no owner to read,
+        which says None as that look did."""
+        queue = self._queues.get(node)
+        if queue is None:
+            try:
+                queue = self._box.queue(node, create=False)
+            except (QueueNotFound, InvalidName):
                 return None
-            queue = self._queues.get(node) or self._box.queue(node, create=False)
-        except (QueueNotFound, InvalidName):
-            return None
         return _recorded_owner(queue)
 
     def _subscription_xml(self, subscription: Subscription, state: str) -> str:
