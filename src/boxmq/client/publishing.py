@@ -35,6 +35,7 @@ from boxmq.core.topics import refuse_sys
 from boxmq.errors import InvalidArgument, MetadataTooLong, check_flag, naming
 from boxmq.ids import IdFactory
 from boxmq.model import (
+    DEFAULT_PRIORITY,
     TOPIC,
     Envelope,
     MessageClass,
@@ -80,14 +81,18 @@ class Publication:
 class _Route:
     """Where a message on one topic, at one QoS, from one source goes."""
 
-    __slots__ = ("_first", "copied", "durable", "levels", "memory")
+    __slots__ = ("_first", "copied", "durable", "levels", "memory", "topic")
 
     def __init__(
         self,
+        topic: str,
         durable: list[tuple[Destination, str]],
         memory: list[tuple[MemoryInbox, Destination]],
         level: QoS,
     ) -> None:
+        # The property that names the topic in each copy: made once per route, not once per
+        # message (a Property costs about as much as the envelope that holds it).
+        self.topic = Property(TOPIC, PropertyType.STRING, topic)
         self.durable = durable  # a dropbox each, with its path
         self.memory = memory  # in-memory subscribers of this process
         # The QoS of each copy's file name; the published one when there is no copy, so the
@@ -600,14 +605,26 @@ class Publisher:
                 route = routes[key] = self._destinations(*key)
             if not reserved:
                 refuse_reserved(message.properties)
-            envelope = self._envelope(
-                message.topic,
-                message.properties,
-                message.expires_in,
-                None,
-                None,
-                isinstance(message.body, str),
-            )
+            if message.properties or message.expires_in is not None:
+                envelope = self._envelope(
+                    message.topic,
+                    message.properties,
+                    message.expires_in,
+                    None,
+                    None,
+                    isinstance(message.body, str),
+                )
+            else:  # a plain publication, most of a broker's: `_envelope`'s, made straight
+                envelope = Envelope(
+                    self._ids.new(),
+                    DEFAULT_PRIORITY,
+                    MessageClass.TEXT if isinstance(message.body, str) else MessageClass.BYTES,
+                    0,
+                    None,
+                    None,
+                    None,
+                    (route.topic,),
+                )
             if message.properties or message.expires_in:
                 try:
                     names = copy_names(envelope, route.levels)
@@ -630,7 +647,7 @@ class Publisher:
 
     def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
         durable, memory = self._routes.destinations(topic, level, source)
-        return _Route(durable, memory, level)
+        return _Route(topic, durable, memory, level)
 
     def _staged(
         self,
