@@ -13,7 +13,7 @@ from xml.etree.ElementTree import Element
 
 from boxmq.xmpp import ns
 
-__all__ = ["FormError", "submitted", "without_blanks"]
+__all__ = ["FormError", "SeveralValues", "submitted", "without_blanks"]
 
 _FIELD: Final = ns.tag(ns.DATA, "field")
 _VALUE: Final = ns.tag(ns.DATA, "value")
@@ -23,6 +23,16 @@ _XML_BLANKS: Final = " \t\r\n"  # XML's white space (XML 1.0, production 3: S)
 class FormError(ValueError):
     """A form whose fields do not each say one thing: the request refuses it, in the words of
     its own XEP (bad-request for options, not-acceptable for a configuration)."""
+
+
+class SeveralValues(FormError):
+    """A field given several values. It names them, so that a caller that would refuse the
+    field whatever its values (one no one serves, or one like pubsub#show-values, which
+    XEP-0060 sends as a list) can say that, the real reason, instead of the count."""
+
+    def __init__(self, var: str, values: list[str]) -> None:
+        super().__init__(f"field {var} has {len(values)} values: it takes one")
+        self.var, self.values = var, values
 
 
 def submitted(form: Element | None, form_type: str) -> dict[str, str] | None:
@@ -56,7 +66,7 @@ def submitted(form: Element | None, form_type: str) -> dict[str, str] | None:
             raise FormError(f"field {var} is given twice: a field is given once")
         given = field.findall(_VALUE)
         if len(given) > 1:
-            raise FormError(f"field {var} has {len(given)} values: it takes one")
+            raise SeveralValues(var, [without_blanks(value.text or "") for value in given])
         values[var] = without_blanks(given[0].text or "") if given else ""
     return values
 

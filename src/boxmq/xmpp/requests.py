@@ -16,8 +16,9 @@ from xml.etree.ElementTree import Element
 from boxmq.xmpp import ns
 from boxmq.xmpp.conditions import INVALID_OPTIONS, NOT_ACCEPTABLE, Condition
 from boxmq.xmpp.errors import StanzaError
-from boxmq.xmpp.forms import FormError, submitted
+from boxmq.xmpp.forms import FormError, SeveralValues, submitted
 from boxmq.xmpp.jids import normal
+from boxmq.xmpp.subscribe_options import refuse_unserved_values
 
 __all__ = [
     "Configure",
@@ -385,6 +386,9 @@ def _options(pubsub: Element) -> dict[str, str] | None:
     try:
         form = options.find(_FORM) if options is not None else None
         return submitted(form, ns.SUBSCRIBE_OPTIONS)
+    except SeveralValues as error:
+        refuse_unserved_values(error.var, error.values)  # the field's own reason, if it has one
+        raise StanzaError(INVALID_OPTIONS, str(error)) from None
     except FormError as error:
         raise StanzaError(INVALID_OPTIONS, str(error)) from None
 

@@ -11,13 +11,13 @@ unfilled so), is taken: a client library may fill them in for every service it t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from boxmq.xmpp.conditions import INVALID_OPTIONS
 from boxmq.xmpp.errors import StanzaError
 
-__all__ = ["QOS_LEVEL", "QUEUE_REQUESTS", "refuse_unserved"]
+__all__ = ["QOS_LEVEL", "QUEUE_REQUESTS", "refuse_unserved", "refuse_unserved_values"]
 
 QUEUE_REQUESTS: Final = "pubsub#queue_requests"  # XEP-0254 §2.1
 QOS_LEVEL: Final = "boxmq#qos"  # how notifications are sent: docs/xmpp.md, QoS
@@ -56,14 +56,24 @@ def refuse_unserved(options: Mapping[str, str]) -> None:
     """Refuse the form, naming the field, if one of its fields is not served or asks for what
     the service does not do; boxmq's own fields are read by the subscribe that takes them."""
     for var, value in options.items():
-        if var in (QUEUE_REQUESTS, QOS_LEVEL):
-            continue
-        standard = _STANDARD.get(var)
-        if standard is None:
-            served = ", ".join([QUEUE_REQUESTS, QOS_LEVEL, *_STANDARD])
-            raise StanzaError(
-                INVALID_OPTIONS, f"{var} is no subscription option here: the options are {served}"
-            )
-        taken, why = standard
-        if value and not taken(value):
-            raise StanzaError(INVALID_OPTIONS, f"{var}={value!r} cannot be honoured: {why}")
+        refuse_unserved_values(var, [value])
+
+
+def refuse_unserved_values(var: str, values: Sequence[str]) -> None:
+    """Refuse field `var` given `values`, as `refuse_unserved` does one value: the forms'
+    reader refuses a field of several values for their count, which is the wrong reason for
+    a field refused whatever it is given (XEP-0060's own options form lists pubsub#show-values,
+    which no value of is served)."""
+    if var in (QUEUE_REQUESTS, QOS_LEVEL):
+        return
+    standard = _STANDARD.get(var)
+    if standard is None:
+        served = ", ".join([QUEUE_REQUESTS, QOS_LEVEL, *_STANDARD])
+        raise StanzaError(
+            INVALID_OPTIONS, f"{var} is no subscription option here: the options are {served}"
+        )
+    taken, why = standard
+    refused = [value for value in values if value and not taken(value)]
+    if refused:
+        shown = repr(refused[0]) if len(values) == 1 else repr(list(values))
+        raise StanzaError(INVALID_OPTIONS, f"{var}={shown} cannot be honoured: {why}")

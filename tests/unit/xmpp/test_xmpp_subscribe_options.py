@@ -119,3 +119,15 @@ def test_a_standard_field_asking_what_the_service_does_not_do_is_refused(
     _invalid_options(reply, field)
     wire.publish()
     assert wire.items_to(ALICE) == []
+
+
+def test_show_values_of_several_values_is_refused_for_the_show_not_for_the_count(
+    wire: Wire,
+) -> None:
+    # XEP-0060's own options form lists show-values as several values (list-multi): it was
+    # refused "has 3 values: it takes one", as if one value would do, where no value is taken
+    reply = _subscribe(wire, ("pubsub#show-values", ["chat", "online", "away"]))
+    _invalid_options(reply, "pubsub#show-values")
+    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    assert "whatever the subscriber's show" in text, text
+    assert "takes one" not in text, text
