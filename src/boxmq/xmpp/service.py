@@ -549,7 +549,7 @@ class QueueService:
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
             count = _queue_requests(iq, request)
-            level = Level.parse((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
+            level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             consumer = self._receiver(request.node, consumer_name(iq.sender), count)
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
@@ -565,7 +565,7 @@ class QueueService:
             count = existing.queue_requests
             if QUEUE_REQUESTS in given:
                 count = _queue_requests(iq, request)
-            level = Level.parse(given.get(QOS_LEVEL, existing.qos.value))
+            level = _qos_level(given.get(QOS_LEVEL, existing.qos.value))
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
@@ -992,6 +992,17 @@ def _queue_requests(iq: Iq, request: Subscribe) -> int:
     if not 1 <= count <= 10_000:
         raise StanzaError(INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
     return count
+
+
+def _qos_level(written: str) -> Level:
+    """The boxmq#qos option's level. A word that names none is an invalid option, refused as
+    a bad queue_requests is (XEP-0060 §6.3.6: bad-request + invalid-options), not with the
+    plain bad-request an InvalidArgument is answered with, which leaves the subscriber to
+    guess that its options were at fault."""
+    try:
+        return Level.parse(written)
+    except InvalidArgument as error:
+        raise StanzaError(INVALID_OPTIONS, f"{QOS_LEVEL}: {error}") from None
 
 
 def _node_of(to: str) -> str:

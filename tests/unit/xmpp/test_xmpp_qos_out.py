@@ -200,8 +200,31 @@ def test_an_error_answer_gives_the_item_to_the_next_at_once(wire: Wire) -> None:
     assert sorted(wire.events()) == [(ALICE, "unlock", item), (BOB, "item", item)]
 
 
-def test_an_unknown_level_is_bad_request(wire: Wire) -> None:
-    assert condition(_subscribe(wire, ALICE, "twice")) == ("modify", "bad-request")
+def _invalid_options(reply: ET.Element) -> None:
+    """XEP-0060 §6.3.6: a bad option is bad-request + invalid-options, as a bad queue_requests
+    is; the QoS level's was a plain bad-request, which does not say the options were at fault."""
+    assert condition(reply) == ("modify", "bad-request"), ET.tostring(reply)
+    assert reply.find(f".//{{{ns.PUBSUB_ERRORS}}}invalid-options") is not None, ET.tostring(reply)
+    assert "boxmq#qos" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+
+
+def test_an_unknown_level_is_invalid_options(wire: Wire) -> None:
+    _invalid_options(_subscribe(wire, ALICE, "twice"))
+    wire.publish()
+    assert wire.items_to(ALICE) == []
+
+
+def test_an_unknown_level_changing_a_subscription_is_invalid_options_and_changes_nothing(
+    wire: Wire,
+) -> None:
+    assert _subscribe(wire, ALICE, "acknowledged").get("type") == "result"
+    _invalid_options(_subscribe(wire, ALICE, "twice", queue_requests=5))
+    in_force = {
+        f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
+        for f in wire.subscribe(ALICE, None).iter(ns.tag(ns.DATA, "field"))
+    }
+    assert in_force["boxmq#qos"] == "acknowledged"
+    assert in_force["pubsub#queue_requests"] == "1"
 
 
 # A form's value may be surrounded by XML's blanks (space, tab, CR, LF), as pubsub#queue_requests
@@ -217,7 +240,7 @@ def test_a_level_may_be_surrounded_by_xml_blanks(written: str) -> None:
 def test_a_level_surrounded_by_other_white_space_is_refused(wire: Wire, written: str) -> None:
     with pytest.raises(boxmq.InvalidArgument, match="QoS level"):
         Level.parse(written)
-    assert condition(_subscribe(wire, ALICE, written)) == ("modify", "bad-request")
+    _invalid_options(_subscribe(wire, ALICE, written))
 
 
 def test_unacknowledged_sends_the_message_itself() -> None:
