@@ -164,6 +164,9 @@ BAD_REQUEST: Final = Condition("modify", "bad-request")
 SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
 _INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")  # XEP-0060 §6.1.3.1
+# XEP-0060 §7.1.3.6 and §7.2.3.4: a publish to a node whose items are kept (every node here),
+# or a retract, that names no item
+_ITEM_REQUIRED: Final = Condition("modify", "bad-request", "item-required")
 # XEP-0060 §8.1.2: a create without a node asks for an instant node, which is not served
 _INSTANT_NODE: Final = Condition("modify", "not-acceptable", "nodeid-required")
 
@@ -342,12 +345,13 @@ def _publish_options_refused(what: str) -> StanzaError:
 
 
 def _publish(verb: Element) -> Publish:
+    node = _node(verb.get("node"))
     item = verb.find(_ITEM)
-    if item is None:
-        return Publish(_node(verb.get("node")), None, None)
+    if item is None:  # not payload-required: that is an <item/>'s without a payload
+        raise StanzaError(_ITEM_REQUIRED, "publish one <item/> with a payload")
     if len(item) > 1:  # XEP-0060 §7.1.3.5
         raise StanzaError(_INVALID_PAYLOAD, "an item carries one payload element")
-    return Publish(_node(verb.get("node")), item.get("id"), item[0] if len(item) else None)
+    return Publish(node, item.get("id"), item[0] if len(item) else None)
 
 
 def _owner(iq: Iq, pubsub: Element) -> Request:
@@ -420,7 +424,7 @@ def _item_id(verb: Element) -> str:
         raise StanzaError(BAD_REQUEST, f"{len(items)} items: one item per request")
     item_id = items[0].get("id") if items else None
     if not item_id:
-        raise StanzaError(Condition("modify", "bad-request", "item-required"), "no item id")
+        raise StanzaError(_ITEM_REQUIRED, "no item id")
     return item_id
 
 

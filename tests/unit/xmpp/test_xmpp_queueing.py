@@ -663,6 +663,24 @@ def test_an_item_with_two_payloads_is_invalid_payload(wire: Wire, box: boxmq.Box
     assert box.queue("jobs").counts().ready == 0
 
 
+@pytest.mark.parametrize("node", ["jobs", "sensors/1"])  # a queue node, a topic node
+def test_a_publish_without_an_item_is_item_required(wire: Wire, box: boxmq.Box, node: str) -> None:
+    # XEP-0060 §7.1.3.6: a node whose items are kept (every node here: a topic's are held by
+    # its subscribers until retracted) bounces a publish with no <item/> item-required; it
+    # was answered payload-required, the condition of an <item/> that carries no payload
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><publish node='{node}'/></pubsub>")
+    assert condition(reply) == ("modify", "bad-request")
+    assert _pubsub_error(reply) == "item-required"
+    assert box.queue("jobs").counts().ready == 0
+
+
+def test_an_item_without_a_payload_is_payload_required(wire: Wire, box: boxmq.Box) -> None:
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><publish node='jobs'><item/></publish></pubsub>")
+    assert condition(reply) == ("modify", "bad-request")  # XEP-0060 §7.1.3.6
+    assert _pubsub_error(reply) == "payload-required"
+    assert box.queue("jobs").counts().ready == 0
+
+
 def test_a_lock_that_times_out_notifies_and_goes_to_the_next(
     timed_wire: Wire, clock: ManualClock
 ) -> None:
