@@ -123,6 +123,7 @@ _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscrib
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
 _FORBIDDEN: Final = Condition("auth", "forbidden")
+_NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 
 Send = Callable[[str], None]
@@ -757,7 +758,18 @@ class QueueService:
 
     def _delete(self, iq: Iq, request: Delete) -> str:
         """The queue and every message in it go; its subscribers here are told (XEP-0060
-        §8.4.2), then unsubscribed."""
+        §8.4.2), then unsubscribed. A topic node is not deleted: it exists while it has
+        subscribers here, as a create and an unsubscribe read it, and it cannot be ended
+        for them (XEP-0060 §8.4.3's not-allowed, of a node that cannot be deleted); any other
+        node does not exist, said in the node's words, not the API's folder and `boxmq ls`."""
+        if not self._is_queue(request.node):
+            if subscribers := len(self._subscriptions.of_node(request.node)):
+                raise StanzaError(
+                    _NOT_ALLOWED,
+                    f"node {request.node!r} is a topic with {subscribers} subscriber(s) here: "
+                    "a topic node cannot be deleted, it ends as its last subscriber leaves",
+                )
+            raise QueueNotFound(f"no node {request.node!r}")
         self._check_owner(iq, self._queue(request.node), "delete")
         self._queues.pop(request.node, None)
         self._drop_queue_subscribers(request.node)

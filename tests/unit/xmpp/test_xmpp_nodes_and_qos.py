@@ -383,6 +383,34 @@ def test_a_delete_over_xmpp_keeps_the_subscribers_of_the_topic_of_that_name(
     assert wire.events() == [(BOB, "item", item)]
 
 
+def test_a_topic_node_with_subscribers_is_not_allowed_to_be_deleted_and_keeps_them(
+    wire: Wire, root: Path
+) -> None:
+    # The node exists (a create of it is conflict, an unsubscribe from it is answered), and
+    # docs/xmpp.md says a topic node cannot be deleted; its delete was item-not-found, the
+    # node that does not exist, with the API's text: the box's folder on the server's disk
+    # and `boxmq ls`, which the XMPP owner can neither read nor run.
+    wire.subscribe(BOB, 1, node="sensors/1")
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='sensors/1'/></pubsub>")
+    assert condition(reply) == ("cancel", "not-allowed")  # XEP-0060 §8.4.3: cannot be deleted
+    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    assert "topic" in text, text
+    assert str(root) not in text, text
+    item = wire.publish(node="sensors/1")
+    assert wire.events() == [(BOB, "item", item)]
+
+
+def test_the_delete_of_a_node_that_does_not_exist_names_the_node_not_the_folder(
+    wire: Wire, root: Path
+) -> None:
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='nothing'/></pubsub>")
+    assert condition(reply) == ("cancel", "item-not-found")  # XEP-0060 §8.4.3
+    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    assert "'nothing'" in text, text
+    assert str(root) not in text, text
+    assert "boxmq ls" not in text, text
+
+
 def _deletes(wire: Wire) -> list[str]:
     """To whom a <delete node='jobs'/> event went."""
     path = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete"
