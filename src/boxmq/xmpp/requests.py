@@ -405,6 +405,15 @@ def _config(configure: Element | None) -> dict[str, str]:
     try:
         form = configure.find(_FORM) if configure is not None else None
         return submitted(form, ns.NODE_CONFIG) or {}
+    except SeveralValues as error:
+        # XEP-0060's own form sends pubsub#roster_groups_allowed so: "it takes one" would
+        # say one group would be applied, where no value of it is (service._refuse_config)
+        raise StanzaError(
+            NOT_ACCEPTABLE,
+            f"{error.var}={error.values!r} cannot be applied: no field of a node's "
+            "configuration here takes several values, and every node has one fixed "
+            "configuration (a configure get sends it)",
+        ) from None
     except FormError as error:
         raise StanzaError(NOT_ACCEPTABLE, str(error)) from None
 

@@ -214,6 +214,27 @@ def test_a_configuration_boxmq_cannot_apply_is_not_acceptable(wire: Wire, box: b
     assert "made" in box.queues()
 
 
+def test_a_configuration_field_of_several_values_is_refused_for_the_fixed_configuration(
+    wire: Wire,
+) -> None:
+    # XEP-0060's own node configuration form lists pubsub#roster_groups_allowed with three
+    # values: it was refused "has 3 values: it takes one", as if one group would be applied,
+    # where no value of it is (a node here has one fixed configuration)
+    wire.create()
+    refused = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{OWNER}'><configure node='jobs'>"
+        "<x xmlns='jabber:x:data' type='submit'><field var='pubsub#roster_groups_allowed'>"
+        "<value>friends</value><value>servants</value><value>courtiers</value></field></x>"
+        "</configure></pubsub>",
+    )
+    assert condition(refused) == ("modify", "not-acceptable")  # XEP-0060 §8.2.5
+    text = refused.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    assert "pubsub#roster_groups_allowed" in text, text
+    assert "one fixed configuration" in text, text
+    assert "takes one" not in text, text
+
+
 def test_a_refused_configuration_says_the_one_the_node_has(wire: Wire) -> None:
     # The refusal named the fields and not their values: the owner was left to read the form
     # again to learn what a submission may ask for (the lock timeout, say).
