@@ -23,11 +23,13 @@ _SIZE = "8m"  # room for a root and its dropboxes; filled in well under a second
 
 
 class SmallDisk:
-    """A tmpfs at `path`; `fill()` takes its last free pages, `free()` gives the space back."""
+    """A tmpfs at `path`; `fill()` takes its last free pages, `fill_inodes()` its last free
+    inodes, `free()` gives them back."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._filler = path / "filler"
+        self._inodes = path / "inodes"
 
     def fill(self, *, leave: int = 0) -> None:
         """Take every free page; then give `leave` of them back (room for one small file,
@@ -58,8 +60,22 @@ class SmallDisk:
             os.unlink(self.path / "probe")
         assert raised.value.errno == errno.ENOSPC
 
+    def fill_inodes(self) -> None:
+        """Take every free inode (a disk mounted with `inodes=`): blocks left, no file or
+        folder can be made, as on a disk of many small files."""
+        self._inodes.mkdir()
+        for n in range(1 << 20):
+            try:
+                (self._inodes / str(n)).touch()
+            except OSError as error:
+                if error.errno != errno.ENOSPC:
+                    raise
+                return
+        raise AssertionError("inodes left after a million files: mount with inodes=")
+
     def free(self) -> None:
         self._filler.unlink(missing_ok=True)
+        shutil.rmtree(self._inodes, ignore_errors=True)
 
     @contextlib.contextmanager
     def read_only(self) -> Iterator[None]:

@@ -15,7 +15,9 @@ Invariants:
   closes. A mark is only believed while its process lives (store/process.py): one a broker that
   died left behind means nothing, and the next broker to start deletes it (this host's only:
   another host's processes cannot be judged).
-- A root the broker cannot write (read-only) gets no mark: nothing can be unsubscribed there.
+- A mark the disk refuses (full, out of inodes, read-only) is told once and made at a later
+  tick (server.py): the memberships written once the disk takes files again must find it, or
+  the CLI would end a connected client's (while the disk refuses, it takes no membership).
 """
 
 from __future__ import annotations
@@ -27,30 +29,34 @@ from boxmq.client import Box
 from boxmq.store.process import process_alive
 from boxmq.store.records import make_folders
 
-__all__ = ["client_s_broker", "is_broker", "mark", "unmark"]
+__all__ = ["client_s_broker", "folder", "is_broker", "mark", "unmark"]
 
 
-def _folder(root: str) -> str:
+def folder(root: str) -> str:
     return os.path.join(root, ".mqtt", "brokers")
 
 
-def mark(root: str, token: str) -> None:
+def mark(root: str, token: str) -> OSError | None:
     """Say that the process `token` serves MQTT clients from `root`; the marks of this host's
-    brokers that died go. Not said where the disk refuses it: the broker serves all the same."""
-    folder = _folder(root)
-    with contextlib.suppress(OSError):
-        make_folders(folder, flush=False, within=root)
-        for name in os.listdir(folder):
+    brokers that died go. The OSError the disk refused it with (the broker serves all the
+    same, and tries again), None once it is said."""
+    marks = folder(root)
+    try:
+        make_folders(marks, flush=False, within=root)
+        for name in os.listdir(marks):
             if process_alive(name) is False:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(folder, name))
-        with open(os.path.join(folder, token), "a"):
+                    os.unlink(os.path.join(marks, name))
+        with open(os.path.join(marks, token), "a"):
             pass
+    except OSError as error:
+        return error
+    return None
 
 
 def unmark(root: str, token: str) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(os.path.join(_folder(root), token))
+        os.unlink(os.path.join(folder(root), token))
 
 
 def is_broker(root: str, token: str) -> bool:
@@ -58,7 +64,7 @@ def is_broker(root: str, token: str) -> bool:
     (one of another host cannot be told dead)."""
     if not token or os.sep in token or token.startswith("."):
         return False
-    return os.path.exists(os.path.join(_folder(root), token)) and process_alive(token) is not False
+    return os.path.exists(os.path.join(folder(root), token)) and process_alive(token) is not False
 
 
 def client_s_broker(box: Box, filter: str, subscriber: str) -> str | None:

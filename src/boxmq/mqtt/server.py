@@ -825,6 +825,8 @@ class MqttServer:
         # with an expired certificate is told once, then counted (handshake_failed).
         self._failed_handshakes: DropLog[tuple[str, str]] = DropLog()
         self._token: str | None = None  # this process, marked a broker from `start` (brokers.py)
+        self._marked = False  # the mark made: one the disk refused is tried at each tick
+        self._mark_refused = RecurringFailure()
 
     def protocol(self, accepted: float | None = None) -> _Protocol:
         """The protocol of a client's socket (after its TLS handshake, on a TLS listener,
@@ -888,7 +890,7 @@ class MqttServer:
         # Before any client too: its memberships name this process, and the CLI, which must
         # not end them, tells them from a `boxmq subscribe` run's by this mark (brokers.py).
         self._token = process_token()
-        brokers.mark(self.broker.box.root, self._token)
+        self._mark()
         own = sockets is None
         if sockets is None:
             sockets = await bind_listeners(self.settings.listeners)
@@ -925,6 +927,25 @@ class MqttServer:
             log.warning("%s", open_warning(self.settings, open_to_all))
         return bound
 
+    def _mark(self) -> None:
+        """This process marked a broker (brokers.py); a refusal told once, as its end. Made
+        before a membership the disk takes once it is writable again, give or take a tick."""
+        assert self._token is not None
+        root = self.broker.box.root
+        refused = brokers.mark(root, self._token)
+        if refused is None:
+            self._marked = True
+            if self._mark_refused.recovered():
+                log.info("MQTT: this broker is marked in %s at last", brokers.folder(root))
+        elif self._mark_refused.news(refused):
+            log.warning(
+                "MQTT: this broker could not mark itself in %s, tried again at each tick; "
+                "till then `boxmq unsubscribe` does not know its clients' share group "
+                "memberships from a `boxmq subscribe` run's: %s",
+                brokers.folder(root),
+                store_failure(refused),
+            )
+
     def _tell_room(self, descriptors: _Descriptors) -> None:
         """A max_connections the limit of open files leaves no room for is warned of at
         start, not found by the client it refuses."""
@@ -958,6 +979,8 @@ class MqttServer:
                 if steady is not None and last is not None:
                     last = self._stepped(last, (now, steady()))
                 self._heard_unread(now)
+                if not self._marked:
+                    self._mark()
                 self.broker.tick(now)
                 self.tell_failed_handshakes(now=now)
         finally:

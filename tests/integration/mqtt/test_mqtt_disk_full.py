@@ -24,6 +24,7 @@ from tests.integration.mqtt.clients import (
     WAIT,
     Paho,
     RunningServer,
+    boxmq_cli,
     drop,
     paho,
     recorded_away,
@@ -37,6 +38,7 @@ from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import read_record
+from boxmq.store.process import process_token
 from boxmq.store.topics import members
 
 QUOTA_EXCEEDED = 0x97
@@ -512,3 +514,39 @@ def test_a_share_group_join_the_disk_refuses_leaves_no_member_that_keeps_the_gro
     while group.exists():  # the last member out deletes the group
         assert time.monotonic() < deadline, f"members left: {members(str(group))}"
         time.sleep(0.02)
+
+
+def test_a_broker_whose_mark_the_disk_refused_marks_itself_once_space_is_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker marks itself in .mqtt/brokers/ at start (brokers.py), so that `boxmq
+    unsubscribe` refuses to end a connected client's share group membership; a mark the disk
+    refused (its inodes all taken) was never made again nor told, so once space was back the
+    CLI ended np's membership while the broker still sent to it (found by the full-disk hunt).
+    The refusal is told once, and the mark made at a tick once space is back."""
+    with small_disk(tmp_path / "disk", inodes=256) as disk:
+        root = disk.path / "root"
+        start_server(root).shutdown()  # the root made
+        disk.fill_inodes()
+        with caplog.at_level(logging.WARNING, logger="boxmq.mqtt"):
+            running = start_server(root)
+        try:
+            [line] = [r.getMessage() for r in caplog.records if "brokers" in r.getMessage()]
+            assert f"the store failed at {root}/.mqtt/brokers" in line, line
+            assert "ENOSPC (No space left on device)" in line, line
+            disk.free()
+            mark = root / ".mqtt" / "brokers" / process_token()
+            deadline = time.monotonic() + WAIT
+            while not mark.exists():
+                assert time.monotonic() < deadline, "no mark once space was back"
+                time.sleep(0.05)
+            np = paho(running, "np", v5=True)  # not persistent: its membership bound to us
+            try:
+                np.subscribe("$share/h/r/#", 1)
+                refused = boxmq_cli(root, "unsubscribe", "$share/h/r/#", "--name", "np")
+                assert refused.returncode == 1, refused
+                assert "np is the client id of an MQTT client connected" in refused.stderr
+            finally:
+                np.stop()
+        finally:
+            running.shutdown()

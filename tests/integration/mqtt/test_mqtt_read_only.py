@@ -6,12 +6,15 @@ disk's tests are in test_mqtt_disk_full.py."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.diskfull import SmallDisk, small_disk
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
+from tests.integration.mqtt.clients import WAIT, RunningServer, boxmq_cli, paho, start_server
+
+from boxmq.store.process import process_token
 
 
 @pytest.fixture
@@ -70,3 +73,36 @@ def test_a_session_record_the_disk_refuses_refuses_its_connect_with_what_to_fix(
         "EROFS (Read-only file system); the file system is read-only "
         "(remounted after errors?): check it, remount rw"
     ), line
+
+
+def test_a_broker_started_read_only_marks_itself_once_the_disk_is_writable_again(
+    disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its mark in .mqtt/brokers/ refused at start was never made again nor told: once the
+    disk was writable, `boxmq unsubscribe` ended a connected client's share group membership
+    while the broker still sent to it (as on a disk out of inodes: test_mqtt_disk_full)."""
+    root = disk.path / "root"
+    start_server(root, spares=0).shutdown()  # the root made
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        with disk.read_only():
+            running = start_server(root, spares=0)
+        try:
+            mark = root / ".mqtt" / "brokers" / process_token()
+            deadline = time.monotonic() + WAIT
+            while not mark.exists():
+                assert time.monotonic() < deadline, "no mark once the disk was writable"
+                time.sleep(0.05)
+            np = paho(running, "np", v5=True)  # not persistent: its membership bound to us
+            try:
+                np.subscribe("$share/h/r/#", 1)
+                refused = boxmq_cli(root, "unsubscribe", "$share/h/r/#", "--name", "np")
+                assert refused.returncode == 1, refused
+                assert "np is the client id of an MQTT client connected" in refused.stderr
+            finally:
+                np.stop()
+        finally:
+            running.shutdown()
+    told = [r.getMessage() for r in caplog.records if "/.mqtt/brokers" in r.getMessage()]
+    assert len(told) == 2, told  # refused once, then made
+    assert "EROFS (Read-only file system)" in told[0], told
+    assert told[1].endswith("/.mqtt/brokers at last"), told
