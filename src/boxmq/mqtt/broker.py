@@ -455,6 +455,7 @@ class Broker:
         if periodic_due(now, self._next_adoption, _ADOPT_EVERY):  # a clock stepped back too
             self._next_adoption = now + _ADOPT_EVERY
             self._lifetimes.adopt_the_dead()
+            self._lifetimes.finish_ends()
         self._delivery.report_drops(now=now)
         if self._sys.due(now):
             self._publish_sys(now)

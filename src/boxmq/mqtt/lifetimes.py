@@ -22,7 +22,8 @@ Invariants:
   away, and a sweep that passed over those no broker held, sent a Will twice (both it and
   the broker keeping the session), or never.
 - One step of an end on disk that fails (a full or failing disk) is logged, and the next one
-  is done all the same (`session_end_step`).
+  is done all the same (`session_end_step`); the end is done again by the sweep, or at its
+  client's CONNECT, till nothing of it is left (`EndsLeft`).
 - A session found on disk at start ends only if its client has not come back since (here, or
   to another broker on this root: its record changed).
 - A session held here ends by its timer only if its record still names this broker: one
@@ -89,6 +90,8 @@ from boxmq.store.topics import SubscriptionRecord
 __all__ = [
     "CLAIMED",
     "Claimed",
+    "EndStep",
+    "EndsLeft",
     "Lifetimes",
     "owned_on_disk",
     "session_end_step",
@@ -106,6 +109,10 @@ class Claimed(Enum):
 CLAIMED: Final = Claimed.CLAIMED
 
 
+EndStep = Callable[[str, str], contextlib.AbstractContextManager[None]]
+"""A step of a session's end on disk: (client id, what the step does) -> its context."""
+
+
 @contextlib.contextmanager
 def session_end_step(client_id: str, what: str) -> Iterator[None]:
     """One step of a session's end on disk. A failure (a full or failing disk) is logged,
@@ -114,12 +121,39 @@ def session_end_step(client_id: str, what: str) -> Iterator[None]:
     try:
         yield
     except OSError as error:
-        log.error(
-            "client %s: its session ended, but %s failed, so that is left on disk: %s",
-            client_id,
-            what,
-            store_failure(error),
-        )
+        _tell_left(client_id, what, error)
+
+
+def _tell_left(client_id: str, what: str, error: OSError) -> None:
+    log.error(
+        "client %s: its session ended, but %s failed, so that is left on disk: %s",
+        client_id,
+        what,
+        store_failure(error),
+    )
+
+
+class EndsLeft:
+    """The sessions ended here whose end on disk the file system refused a step of (read-only,
+    failing): what they left (subscriptions, a record) is deleted again by the broker's
+    sweep, once a second (`Lifetimes.finish_ends`), each refusal told once. Left for the
+    next start, a session that expired while the disk was read-only kept its record and
+    dropbox while the server ran: listed away by `boxmq session ls`, collecting what was
+    published to its filters, and resumed by its client's return."""
+
+    def __init__(self) -> None:
+        self.client_ids: set[str] = set()
+        self.retrying = False  # the sweep's retry: its refusals were told already
+
+    @contextlib.contextmanager
+    def step(self, client_id: str, what: str) -> Iterator[None]:
+        """`session_end_step`, the session kept here if the step fails."""
+        try:
+            yield
+        except OSError as error:
+            self.client_ids.add(client_id)
+            if not self.retrying:
+                _tell_left(client_id, what, error)
 
 
 def _session_made(client_id: str, record: SessionRecord | None, text: str) -> bool:
@@ -214,7 +248,7 @@ class Lifetimes:
         memory: MemoryRoutes,
         durable: dict[str, dict[str, Subscriber]],
         after_disk_work: AfterDiskWork,
-        remove_record: Callable[[str], None],
+        remove_record: Callable[[str, EndStep], None],
         max_expiry: int,
     ) -> None:
         self._box = box
@@ -234,6 +268,7 @@ class Lifetimes:
         # The sweep for sessions of dead brokers (`adopt_the_dead`), and what its looks saw.
         self._orphans = Orphans(box.root, token)
         self._sweep_failing = RecurringFailure()
+        self._left = EndsLeft()  # ends the disk refused a step of, finished by the sweep
         self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
 
@@ -249,7 +284,7 @@ class Lifetimes:
         found = {text for text, _ in owned_on_disk(topics, client_id, record)}
         with topics.ending_together():  # told to the other processes once, not per filter
             for text in found:
-                with session_end_step(client_id, f"deleting its subscription to {text}"):
+                with self._left.step(client_id, f"deleting its subscription to {text}"):
                     self._box.unsubscribe(text, name)
             # An end killed while it deleted a subscription (its record gone, its folder not
             # yet) left the folder with its messages, which `subscribed` does not see: the
@@ -257,16 +292,45 @@ class Lifetimes:
             # this id to subscribe to it got the ended session's messages.
             for text in record.options if record is not None else ():
                 if text not in found:
-                    with session_end_step(client_id, f"deleting what is left of {text}"):
+                    with self._left.step(client_id, f"deleting what is left of {text}"):
                         topics.remove_left_behind(text, name)
         self._discard_session_state(client_id)
+
+    def finish_ends(self) -> None:
+        """The sweep's (once a second): the ends the disk refused a step of are done again,
+        quietly, and told once done. One whose client came back (here: its CONNECT finished
+        it, `finish_end`; to another broker: its record names that one) is left alone."""
+        left = self._left
+        for client_id in sorted(left.client_ids):
+            left.client_ids.discard(client_id)
+            record = read_record(self._box.root, client_id)
+            if client_id in self._sessions or record is None or self.moved_on(record):
+                continue  # no record: deleted last, so nothing of the end is left
+            left.retrying = True
+            try:
+                self.forget_on_disk(client_id, record)
+            finally:
+                left.retrying = False
+            if client_id not in left.client_ids:
+                log.info("client %s: what its session's end left on disk is deleted now", client_id)
+
+    def finish_end(self, client_id: str, record: SessionRecord | None) -> bool:
+        """At a CONNECT of `client_id` (its `record` read for it): whether its session had
+        ended here with something left on disk, which is deleted now (told if it fails
+        again), so that the CONNECT does not resume it."""
+        if client_id not in self._left.client_ids:
+            return False
+        self._left.client_ids.discard(client_id)
+        if record is not None and not self.moved_on(record):
+            self.forget_on_disk(client_id, record)
+        return True
 
     def _discard_session_state(self, client_id: str) -> None:
         """What a session keeps on disk besides its subscriptions: its QoS 2 messages awaiting
         PUBREL and its record. Both ways a session ends come here; a clean start of a session
         held in memory goes both ways, and the second finds nothing left."""
         self._drop_unreleased(client_id)
-        self._remove_record(client_id)
+        self._remove_record(client_id, self._left.step)
 
     def _drop_unreleased(self, client_id: str) -> None:
         """The session ended, and its QoS 2 exchanges with it (MQTT 5.0 §3.1.2.4): what it got
@@ -307,10 +371,10 @@ class Lifetimes:
             for text, subscriber in self._durable.pop(client_id, {}).items():
                 shared = parse_filter(text).shared
                 leaving = f"leaving the share group of {text}" if shared else f"closing {text}"
-                with session_end_step(client_id, leaving):
+                with self._left.step(client_id, leaving):
                     subscriber.close()
                 if not shared:
-                    with session_end_step(client_id, f"deleting its subscription to {text}"):
+                    with self._left.step(client_id, f"deleting its subscription to {text}"):
                         self._box.unsubscribe(text, name)
         self._discard_session_state(client_id)
 

@@ -34,7 +34,7 @@ from boxmq.errors import store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.disk import Job, no_answer
-from boxmq.mqtt.lifetimes import session_end_step
+from boxmq.mqtt.lifetimes import EndStep, session_end_step
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.session import Session, SubscriptionOptions
 from boxmq.mqtt.session_record import (
@@ -180,16 +180,16 @@ class Recorder:
         client.jobs.append(self._storing(record, False, no_answer))
         self._batches.start(client)
 
-    def remove(self, client_id: str) -> None:
-        """Delete the record of a session that ended. Under fsync=always, record writes may
-        be queued as jobs of the client id's connections (an UNSUBSCRIBE's, a close's): the
-        removal goes after them (batches.py orders one client id's jobs). Otherwise every
-        record is written at once on the loop, and so is this."""
+    def remove(self, client_id: str, step: EndStep = session_end_step) -> None:
+        """Delete the record of a session that ended, as a `step` of its end. Under
+        fsync=always, record writes may be queued as jobs of the client id's connections (an
+        UNSUBSCRIBE's, a close's): the removal goes after them (batches.py orders one client
+        id's jobs). Otherwise every record is written at once on the loop, and so is this."""
 
         def remove_now() -> None:
             self._written.pop(client_id, None)
             self._paths.pop(client_id, None)
-            with session_end_step(client_id, "deleting its session record"):
+            with step(client_id, "deleting its session record"):
                 remove_record(self._root, client_id)
 
         last = self._batches.last(client_id) if self.flushed else None

@@ -129,6 +129,8 @@ class Resuming:
             self._wills.send_early(client_id)
         self._wills.forget_timer(client_id)
         self._lifetimes.cancel_expiry(client_id)
+        if not clean and self._lifetimes.finish_end(client_id, record):
+            record = None  # its session ended here, the disk refusing part of its end
         session = self._sessions.get(client_id)
         if clean:
             if session is not None:

@@ -12,8 +12,19 @@ from pathlib import Path
 
 import pytest
 from tests.diskfull import SmallDisk, small_disk
-from tests.integration.mqtt.clients import WAIT, RunningServer, boxmq_cli, paho, start_server
+from tests.integration.mqtt.clients import (
+    WAIT,
+    RunningServer,
+    boxmq_cli,
+    boxmq_cli_ok,
+    drop,
+    paho,
+    record_deleted,
+    recorded_away,
+    start_server,
+)
 
+from boxmq.clock import ManualClock
 from boxmq.store.process import process_token
 
 
@@ -106,3 +117,66 @@ def test_a_broker_started_read_only_marks_itself_once_the_disk_is_writable_again
     assert len(told) == 2, told  # refused once, then made
     assert "EROFS (Read-only file system)" in told[0], told
     assert told[1].endswith("/.mqtt/brokers at last"), told
+
+
+def test_a_session_end_the_disk_refused_is_finished_once_it_is_writable_again(
+    running: RunningServer, disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session that expired while the disk was read-only kept its record and subscription
+    while the server ran: `boxmq session ls` listed it away, ending in the past, its
+    dropbox went on collecting what was published to g/#, and its client's return resumed
+    the ended session with those messages (found by the read-only hunt). The end is
+    finished at a tick once the disk takes it, its refusals told once."""
+    root = running.root
+    gone = paho(running, "gone", clean=False, expiry=1)
+    gone.subscribe("g/#", qos=1)
+    drop(gone)
+    recorded_away(root, "gone")
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        with disk.read_only():
+            deadline = time.monotonic() + WAIT
+            while "client gone: session expired" not in caplog.messages:
+                assert time.monotonic() < deadline, "the session did not expire"
+                time.sleep(0.05)
+            time.sleep(1.5)  # ticks, each of which may try the end again
+        record_deleted(root, "gone")
+    assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
+    refused = [m for m in caplog.messages if "so that is left on disk" in m]
+    assert len(refused) == 2, refused  # its subscription, its record: once each
+    assert "client gone: what its session's end left on disk is deleted now" in caplog.messages
+    assert "gone" not in boxmq_cli_ok(root, "session", "ls")
+    publisher = paho(running, "pub")
+    publisher.publish("g/1", "after its end", qos=1)
+    publisher.stop()
+    back = paho(running, "gone", clean=False, expiry=60)
+    assert not back.session_present
+    assert back.nothing(within=0.3)
+    back.stop()
+
+
+def test_a_client_back_before_the_sweep_finished_its_ended_session_starts_a_new_one(
+    disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep finishes such an end once a second; a CONNECT of the client in between
+    resumed the ended session from what was left on disk. It finishes the end first now
+    and starts a new session. The broker's clock moves when the test says: its sweep ran
+    once, with the session's end, while the disk was read-only, and not since."""
+    clock = ManualClock()
+    root = disk.path / "root"
+    with start_server(root, spares=0, clock=clock) as running:
+        gone = paho(running, "gone", clean=False, expiry=5)
+        gone.subscribe("g/#", qos=1)
+        drop(gone)
+        recorded_away(root, "gone")
+        with caplog.at_level(logging.INFO, logger="boxmq.mqtt"), disk.read_only():
+            clock.advance(6)
+            deadline = time.monotonic() + WAIT
+            while "client gone: session expired" not in caplog.messages:
+                assert time.monotonic() < deadline, "the session did not expire"
+                time.sleep(0.05)
+            time.sleep(0.3)  # the tick's sweep too
+        assert (root / ".mqtt" / "sessions" / "gone").exists()  # left, till the next sweep
+        back = paho(running, "gone", clean=False, expiry=60)
+        assert not back.session_present
+        back.stop()
+        assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
