@@ -2099,6 +2099,34 @@ def test_subscribe_on_a_full_disk_names_the_record_it_could_not_write(tmp_path: 
         assert ok(root, "subscribe", "u/#", "--name", "k2", "--idle", "0.2s") == "u/a second\n"
 
 
+def test_a_request_s_side_file_a_full_disk_refuses_is_named(tmp_path: Path) -> None:
+    """A --reply-to and --correlation-id too long for a name go to a side file in
+    .properties/, whose write was refused when its file closed, an OSError naming no file:
+    `boxmq publish: No space left on device: ...`, without where (the MQTT door's log line
+    alike). No side file or temporary is left, and the request sent again once space is
+    back is stored once, whole."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        ok(root, "subscribe", "cfg/#", "--name", "k3", "--keep", "--idle", "0.1s")
+        request = ["publish", "cfg/line-4", "x", "--reply-to", "cfg/answers/" + "a" * 300]
+        request += ["--correlation-id", "req-" + "7" * 300]
+        disk.fill()
+        done = boxmq_cli(root, *request)
+        assert done.returncode == 1
+        line = done.stderr.strip()
+        assert line.startswith(f"boxmq publish: {root / '.properties'}/.tmp-"), line
+        assert line.endswith(
+            "No space left on device: the disk is full (df -h), or out of inodes (df -i); "
+            "free some space (or choose another --data folder)"
+        ), line
+        assert list((root / ".properties").iterdir()) == []
+        disk.free()
+        ok(root, *request)
+        [got] = json.loads(ok(root, "--json", "peek", "cfg/#", "--subscriber", "k3"))
+        assert got["reply-to"] == "cfg/answers/" + "a" * 300, got
+        assert got["correlation-id"] == "req-" + "7" * 300, got
+
+
 def test_serve_with_no_mqtt_and_mqtt_is_a_usage_error_naming_both(root: Path) -> None:
     """Not a broker that starts with no listener while --mqtt says where it should listen."""
     command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "serve"]

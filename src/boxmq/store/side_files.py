@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 
-from boxmq.errors import InvalidArgument
+from boxmq.errors import InvalidArgument, naming
 from boxmq.model import PROPERTIES_FILE, PropertyType
 from boxmq.store.records import read_file
 from boxmq.store.retained import RETAINED_DIR, read_header
@@ -255,5 +255,12 @@ def key_of(data: bytes) -> str:
 
 
 def _write(path: str, data: bytes) -> None:
-    with open(path, "xb") as out:
-        out.write(data)
+    try:
+        with open(path, "xb") as out:
+            out.write(data)
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        # Refused when the file closed (a full disk), an OSError naming no file: the
+        # user was told `No space left on device` with no word of where.
+        raise naming(error, path) from error
