@@ -135,14 +135,17 @@ def _tell_left(client_id: str, what: str, error: OSError) -> None:
 
 class EndsLeft:
     """The sessions ended here whose end on disk the file system refused a step of (read-only,
-    failing): what they left (subscriptions, a record) is deleted again by the broker's
-    sweep, once a second (`Lifetimes.finish_ends`), each refusal told once. Left for the
-    next start, a session that expired while the disk was read-only kept its record and
-    dropbox while the server ran: listed away by `boxmq session ls`, collecting what was
-    published to its filters, and resumed by its client's return."""
+    failing), with their record as the end left it: what they left (subscriptions, that
+    record) is deleted again by the broker's sweep, once a second (`Lifetimes.finish_ends`),
+    each refusal told once, unless the record changed since (its client came back, here or
+    to another broker). Left for the next start, a session that expired while the disk was
+    read-only kept its record and dropbox while the server ran: listed away by `boxmq
+    session ls`, collecting what was published to its filters, and resumed by its client's
+    return."""
 
-    def __init__(self) -> None:
-        self.client_ids: set[str] = set()
+    def __init__(self, root: str) -> None:
+        self._root = root
+        self.ended: dict[str, SessionRecord | None] = {}  # client id -> its record then
         self.retrying = False  # the sweep's retry: its refusals were told already
 
     @contextlib.contextmanager
@@ -151,9 +154,20 @@ class EndsLeft:
         try:
             yield
         except OSError as error:
-            self.client_ids.add(client_id)
+            try:
+                self.ended[client_id] = read_record(self._root, client_id)
+            except OSError:
+                self.ended[client_id] = None  # unread: left for the next start
             if not self.retrying:
                 _tell_left(client_id, what, error)
+
+    def still_left(self, client_id: str, record: SessionRecord | None) -> bool:
+        """Whether `client_id`'s end is to be done again, its `record` read now being the
+        one its end left (and forgotten here: a refusal again keeps it anew)."""
+        if client_id not in self.ended:
+            return False
+        left = self.ended.pop(client_id)
+        return record is not None and record == left
 
 
 def _session_made(client_id: str, record: SessionRecord | None, text: str) -> bool:
@@ -268,7 +282,7 @@ class Lifetimes:
         # The sweep for sessions of dead brokers (`adopt_the_dead`), and what its looks saw.
         self._orphans = Orphans(box.root, token)
         self._sweep_failing = RecurringFailure()
-        self._left = EndsLeft()  # ends the disk refused a step of, finished by the sweep
+        self._left = EndsLeft(box.root)  # ends the disk refused a step of, finished by the sweep
         self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
 
@@ -299,30 +313,27 @@ class Lifetimes:
     def finish_ends(self) -> None:
         """The sweep's (once a second): the ends the disk refused a step of are done again,
         quietly, and told once done. One whose client came back (here: its CONNECT finished
-        it, `finish_end`; to another broker: its record names that one) is left alone."""
+        it, `finish_end`; to another broker: its record changed) is left alone."""
         left = self._left
-        for client_id in sorted(left.client_ids):
-            left.client_ids.discard(client_id)
+        for client_id in sorted(left.ended):
             record = read_record(self._box.root, client_id)
-            if client_id in self._sessions or record is None or self.moved_on(record):
-                continue  # no record: deleted last, so nothing of the end is left
+            if not left.still_left(client_id, record) or client_id in self._sessions:
+                continue
             left.retrying = True
             try:
                 self.forget_on_disk(client_id, record)
             finally:
                 left.retrying = False
-            if client_id not in left.client_ids:
+            if client_id not in left.ended:
                 log.info("client %s: what its session's end left on disk is deleted now", client_id)
 
     def finish_end(self, client_id: str, record: SessionRecord | None) -> bool:
         """At a CONNECT of `client_id` (its `record` read for it): whether its session had
         ended here with something left on disk, which is deleted now (told if it fails
         again), so that the CONNECT does not resume it."""
-        if client_id not in self._left.client_ids:
+        if not self._left.still_left(client_id, record):
             return False
-        self._left.client_ids.discard(client_id)
-        if record is not None and not self.moved_on(record):
-            self.forget_on_disk(client_id, record)
+        self.forget_on_disk(client_id, record)
         return True
 
     def _discard_session_state(self, client_id: str) -> None:

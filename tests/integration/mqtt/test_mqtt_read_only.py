@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.ports import free_port
 from tests.diskfull import SmallDisk, small_disk
 from tests.integration.mqtt.clients import (
     WAIT,
@@ -21,7 +22,9 @@ from tests.integration.mqtt.clients import (
     paho,
     record_deleted,
     recorded_away,
+    serve_process,
     start_server,
+    stop_process,
 )
 
 from boxmq.clock import ManualClock
@@ -180,3 +183,29 @@ def test_a_client_back_before_the_sweep_finished_its_ended_session_starts_a_new_
         assert not back.session_present
         back.stop()
         assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
+
+
+def test_a_session_found_at_start_whose_end_the_disk_refused_is_ended_after(
+    disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session away when `boxmq serve` stopped, counted by the next start (its record
+    names the process before, as it did not write it): its end refused by a read-only disk
+    was left for good, since the retry took that record for another broker's."""
+    root, port = disk.path / "root", free_port()
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    before = serve_process(root, port)
+    try:
+        gone = paho(address, "gone", clean=False, expiry=4)
+        gone.subscribe("g/#", qos=1)
+        drop(gone)
+        recorded_away(root, "gone")
+    finally:
+        stop_process(before)
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"), start_server(root, spares=0):
+        with disk.read_only():
+            deadline = time.monotonic() + WAIT
+            while not any("so that is left on disk" in m for m in caplog.messages):
+                assert time.monotonic() < deadline, "the session did not end"
+                time.sleep(0.05)
+        record_deleted(root, "gone")
+    assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
