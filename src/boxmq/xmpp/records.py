@@ -24,7 +24,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from boxmq.errors import InvalidName
+from boxmq.errors import InvalidName, store_failure
 from boxmq.forks import renew_in_children
 from boxmq.store.names import escape_segment, unescape_segment
 from boxmq.store.records import make_folders, read_file, replace_file
@@ -197,24 +197,45 @@ class SubscriberRecords:
         self._component = component
         self._flush = flush
         self._made = False  # the folder, looked for once
+        # The records the disk refused (full, read-only): written again by `retry`. Left
+        # unwritten, a subscriber that subscribed on a full disk was never told of its
+        # subscription's end by the start after a crash, space back or not.
+        self._unwritten: set[tuple[str, str]] = set()
 
     def add(self, jid: str, node: str) -> None:
+        refused = self._write(jid, node)
+        if refused is None:
+            return
+        self._unwritten.add((jid, node))
+        log.warning(
+            "%s: the subscription of %s is not recorded, tried again each second: %s; if "
+            "this process dies meanwhile, it is not told that the subscription is gone",
+            node,
+            jid,
+            store_failure(refused),
+        )
+
+    def retry(self) -> None:
+        """Write the records the disk refused (`add`); on the component's timer. A refusal
+        again is not told again."""
+        for jid, node in sorted(self._unwritten):
+            if self._write(jid, node) is None:
+                self._unwritten.discard((jid, node))
+                log.info("%s: the subscription of %s is recorded now", node, jid)
+
+    def _write(self, jid: str, node: str) -> OSError | None:
         try:
             self._make_folder()
             text = json.dumps({"jid": jid, "node": node})
             replace_file(self._path(jid, node), text, flush=self._flush)
         except OSError as error:
-            log.warning(
-                "%s: the subscription of %s is not recorded (%s): if this process dies, "
-                "it is not told that the subscription is gone",
-                node,
-                jid,
-                error,
-            )
+            return error
+        return None
 
     def remove(self, jid: str, node: str) -> None:
         """Not flushed: a record a power cut brings back costs its subscriber one notice
         that its subscription is gone, which it is."""
+        self._unwritten.discard((jid, node))
         try:
             os.unlink(self._path(jid, node))
         except FileNotFoundError:

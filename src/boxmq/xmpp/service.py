@@ -267,7 +267,8 @@ class QueueService:
 
     def expire(self, now: float) -> None:
         """XEP-0254 §4: a lock that timed out: unlock notification, then the next subscriber.
-        Now and then also the queues that another process deleted under their subscribers."""
+        Now and then also the queues that another process deleted under their subscribers,
+        and the subscriber records the disk refused."""
         if periodic_due(now, self._next_deleted_check, DELETED_CHECK):  # a clock stepped back too
             self._next_deleted_check = now + DELETED_CHECK
             for node in {s.node for s in self._subscriptions.all()} & self._queues.keys():
@@ -275,6 +276,7 @@ class QueueService:
             for key, items in list(self._given_back.items()):
                 if all(deadline <= now for deadline in items.values()):
                     del self._given_back[key]
+            self._records.retry()  # the subscriber records the disk refused
         # The subscribers gone silent, ended after every unlock notification, in one pass:
         # their topic nodes' ends told to the other processes once, not once per node.
         silent: dict[Subscription, None] = {}
