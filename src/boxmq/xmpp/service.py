@@ -784,6 +784,10 @@ class QueueService:
         is_queue = self._is_queue(request.node)
         if is_queue:
             self._check_owner(iq, self._queue(request.node), "configure")
+        elif not self._subscriptions.of_node(request.node):
+            # A topic node exists while it has subscribers here, as a delete, a create and an
+            # unsubscribe read it: no form for a node that does not exist (XEP-0060 §8.2.3.4)
+            raise QueueNotFound(f"no node {request.node!r}")
         destination = "queue" if is_queue else "topic"
         if request.submit:
             self._refuse_config(request.config, destination)

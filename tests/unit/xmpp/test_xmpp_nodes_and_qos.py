@@ -932,3 +932,30 @@ def test_a_pubsub_request_without_a_node_is_nodeid_required(wire: Wire) -> None:
     error = reply.find(ns.tag(ns.COMPONENT, "error"))
     assert error is not None
     assert error.find(ns.tag(ns.PUBSUB_ERRORS, "nodeid-required")) is not None
+
+
+@pytest.mark.parametrize("submit", [False, True], ids=["get", "submit"])
+def test_the_configure_of_a_node_that_does_not_exist_is_item_not_found(
+    wire: Wire, root: Path, submit: bool
+) -> None:
+    # A node with neither a queue nor subscribers here does not exist for a delete and an
+    # unsubscribe (item-not-found); its configure was answered with a topic's form, or its
+    # submit accepted, as if it did (XEP-0060 §8.2.3.4: item-not-found).
+    form = "<x xmlns='jabber:x:data' type='submit'/>" if submit else ""
+    reply = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{OWNER}'><configure node='nothing'>{form}</configure></pubsub>",
+        type="set" if submit else "get",
+    )
+    assert condition(reply) == ("cancel", "item-not-found")
+    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    assert "'nothing'" in text, text
+    assert str(root) not in text, text
+    # with a subscriber here the topic node exists: its form is read
+    wire.subscribe(BOB, 1, node="nothing")
+    again = wire.iq(
+        ALICE,
+        f"<pubsub xmlns='{OWNER}'><configure node='nothing'>{form}</configure></pubsub>",
+        type="set" if submit else "get",
+    )
+    assert again.get("type") == "result"
