@@ -97,6 +97,8 @@ __all__ = ["FEATURES", "QueueService"]
 
 log = logging.getLogger("boxmq.xmpp")
 
+# XEP-0060 §10: what the door serves, and only that (what it refuses feature-not-implemented,
+# requests.py's lists, is not here): a client relies on what disco advertises.
 FEATURES: Final = (
     ns.DISCO_INFO,
     ns.DISCO_ITEMS,
@@ -104,6 +106,7 @@ FEATURES: Final = (
     ns.PUBSUB + "#create-nodes",
     ns.PUBSUB + "#delete-nodes",
     ns.PUBSUB + "#config-node",
+    ns.PUBSUB + "#persistent-items",  # every node keeps its items until they are retracted
     ns.PUBSUB + "#publish",
     ns.PUBSUB + "#retract-items",
     ns.PUBSUB + "#retrieve-affiliations",

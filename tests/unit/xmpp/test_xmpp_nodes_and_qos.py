@@ -49,6 +49,34 @@ def test_disco_info_of_the_service_names_the_features(wire: Wire) -> None:
     assert {ns.PUBSUB, ns.QUEUEING, ns.QOS} <= _features(reply)
 
 
+@pytest.mark.parametrize("node", [None, "jobs"], ids=["service", "node"])
+def test_disco_info_advertises_the_pubsub_features_served_and_no_other(
+    wire: Wire, node: str | None
+) -> None:
+    # XEP-0060 §10: what is advertised is what a client may rely on. persistent-items was
+    # missing though every node keeps its items until they are retracted (§7.1.3.6 answers
+    # a publish with no <item/> item-required for such a node, as this one does); what the
+    # door refuses feature-not-implemented must not be advertised.
+    wire.create()
+    at = "" if node is None else f" node='{node}'"
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'{at}/>", type="get")
+    pubsub = {f.removeprefix(PS + "#") for f in _features(reply) if f.startswith(PS + "#")}
+    assert pubsub == {
+        "create-nodes",
+        "delete-nodes",
+        "config-node",
+        "persistent-items",
+        "publish",
+        "retract-items",
+        "retrieve-affiliations",
+        "retrieve-subscriptions",
+        "subscribe",
+        "subscription-notifications",
+    }
+    refused = {"retrieve-items", "subscription-options", "publish-options", "instant-nodes"}
+    assert not pubsub & refused
+
+
 @pytest.mark.parametrize("node", ["jobs", "sensors"], ids=["queue", "topic"])
 def test_disco_info_of_the_jid_qos_requests_go_to_names_urn_xmpp_qos(wire: Wire, node: str) -> None:
     # urn:xmpp:qos, Determining Support: an entity that supports it "MUST advertise that
