@@ -37,6 +37,7 @@ from boxmq.errors import (
     ItemNotFound,
     LockError,
     MessageTooLarge,
+    MetadataTooLong,
     NotAllowed,
     QueueNotFound,
     ResourceConstraint,
@@ -554,6 +555,8 @@ class QueueService:
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
+            if not self._is_queue(request.node):
+                self._refuse_unreachable_topic(request.node)
             count = _queue_requests(iq, request)
             level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             consumer = self._receiver(request.node, consumer_name(iq.sender), count)
@@ -575,6 +578,26 @@ class QueueService:
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
+
+    def _refuse_unreachable_topic(self, node: str) -> None:
+        """A topic node whose every publish is refused (each item carries the topic in its
+        file name, docs/xmpp.md) is refused a subscription alike, with the same condition
+        and text: answered result, it could never receive. A filter is refused when even
+        the shortest topic it matches does not fit (each `+` an empty level, no `/#`)."""
+        levels = node.split("/")
+        if levels[-1] == "#":
+            levels.pop()
+        shortest = "/".join("" if level == "+" else level for level in levels)
+        if not shortest:
+            return  # `#`, `+`: topics of any length match
+        try:
+            self._box.topics.check_room(shortest)
+        except MetadataTooLong as error:
+            raise MetadataTooLong(
+                f"topic node {node!r} could never receive an item, no publish to it fits: {error}"
+            ) from None
+        except InvalidArgument:
+            return  # not a topic a publish may name; the subscribe says what is wrong
 
     def _subscriptions_of(self, iq: Iq, request: RetrieveSubscriptions) -> str:
         """XEP-0060 §5.6: the requester's subscriptions (its full JID's: each resource

@@ -155,6 +155,34 @@ def test_a_topic_node_too_long_for_a_file_name_is_bad_request_saying_so(wire: Wi
     assert "use a shorter topic" in ET.tostring(refused, encoding="unicode")
 
 
+def test_a_subscribe_to_a_topic_node_no_publish_fits_is_refused_as_its_publish_is(
+    wire: Wire,
+) -> None:
+    # The subscribe was answered result, and every publish to the node refused: a
+    # subscription that could never receive. Refused alike now, saying the limit; a filter
+    # only when even the shortest topic it matches (each + empty, no /#) does not fit.
+    long = "a/" * 26 + "bb"  # 26 '/' of 3 bytes each escaped, 28 letters: 106 bytes
+    refused = wire.subscribe(BOB, 1, node=long)
+    assert condition(refused) == ("modify", "bad-request")
+    text = refused.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    assert "takes 106 bytes, and at most 79 fit" in text, text
+    assert long in text, text
+    assert (
+        wire.iq(BOB, f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", type="get").find(
+            f".//{{{PS}}}subscription"
+        )
+        is None
+    )
+    assert condition(wire.subscribe(BOB, 1, node=f"{long}/+")) == ("modify", "bad-request")
+    assert wire.subscribe(BOB, 1, node="a" * 79).get("type") == "result"
+    # a filter longer than the limit that matches a topic that fits: "a"*78 + "/#" matches
+    # "a"*78 itself
+    assert wire.subscribe(BOB, 1, node="a" * 78 + "/#").get("type") == "result"
+    # a queue node's name is not in its items' file names: any length its folder takes
+    assert wire.create("q" * 120).get("type") == "result"
+    assert wire.subscribe(BOB, 1, node="q" * 120).get("type") == "result"
+
+
 def test_create_of_a_topic_node_that_has_subscribers_is_conflict(wire: Wire) -> None:
     # A topic node exists while it has subscribers here (docs/xmpp.md). Its create made a
     # queue of that name, which took every later publish to the node: its subscribers got
