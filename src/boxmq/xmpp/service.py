@@ -526,12 +526,16 @@ class QueueService:
         self._reliable.cancel(iq.sender, msg_id_of(request.node, request.item_id))
         if subscription is not None:
             subscription.timeouts = 0
-        if held is not None:
-            held_done(held)
-        elif self._is_queue(request.node):
-            queue_done(self._queue(request.node), request.item_id, self._consumer_of(iq.sender))
-        else:
-            raise self._not_held_on_topic(request.node, request.item_id)
+        consumer = self._consumer_of(iq.sender)
+        try:
+            if held is not None:
+                held_done(held)
+            elif self._is_queue(request.node):
+                queue_done(self._queue(request.node), request.item_id, consumer)
+            else:
+                raise self._not_held_on_topic(request.node, request.item_id)
+        except LockError as error:
+            raise _told_by_jid(error, consumer, iq.sender) from None
         return subscription
 
     def _given_back_at_unsubscribe(self, jid: str, request: Unlock) -> bool:
@@ -993,6 +997,16 @@ def _recorded_owner(queue: Queue) -> str | None:
     written it (docs/xmpp.md), `Alice@Example.org`."""
     owner = queue.owner
     return None if owner is None else normal(owner) or owner
+
+
+def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
+    """`error` as an XMPP client reads it: the queue's text names the requester by its
+    consumer (`xmpp.<hash>`, the subid), which the client does not know itself by, and
+    calls the others consumers; the door names it by its JID, and them subscribers."""
+    text, prefix = str(error), f"{error.message_id}: "
+    detail = text[len(prefix) :] if text.startswith(prefix) else ""  # else: no detail
+    detail = detail.replace(consumer, jid).replace("another consumer", "another subscriber")
+    return type(error)(error.message_id, detail)
 
 
 def _subscription_element(subscription: Subscription, state: str) -> str:

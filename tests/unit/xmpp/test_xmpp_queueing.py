@@ -364,6 +364,35 @@ def test_the_errors_of_listings_8_to_15(wire: Wire) -> None:
         assert condition(act(holder, held)) == ("wait", "unexpected-request")
 
 
+def test_a_lock_refusal_names_the_subscribers_jid_not_its_internal_consumer(wire: Wire) -> None:
+    # The queue's refusals name the consumer, xmpp.<hash> (the subid): an XMPP client reads
+    # the text, and knows itself by its JID.
+    wire.subscribe(ALICE, 1)
+    wire.subscribe(BOB, 1)
+    held = wire.publish()
+    [(holder, _, _)] = wire.events()
+    other = BOB if holder == ALICE else ALICE
+    wire.publish()
+    wire.events()
+    waiting = wire.publish()  # nobody has room: never delivered to anyone
+
+    def text(reply: ET.Element) -> str:
+        return reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+
+    for act in (wire.retract, wire.unlock):
+        forbidden = text(act(other, waiting))
+        assert f"{other} did not receive" in forbidden, forbidden
+        conflict = text(act(other, held))
+        assert "locked by another subscriber" in conflict, conflict
+        assert "xmpp." not in forbidden + conflict
+    wire.unlock(holder, held)
+    wire.events()
+    for act in (wire.retract, wire.unlock):
+        gone = text(act(holder, held))
+        assert f"{holder} no longer holds the lock" in gone, gone
+        assert "xmpp." not in gone, gone
+
+
 def test_an_answer_after_a_restart_of_the_component_says_the_lock_is_gone(root: Path) -> None:
     # The items a subscriber held go back to the queue when the component stops, with no
     # record of who held them (a holder that left is passed over by nobody). Its retract or
