@@ -793,7 +793,11 @@ class QueueService:
         §8.4.2), then unsubscribed. A topic node is not deleted: it exists while it has
         subscribers here, as a create and an unsubscribe read it, and it cannot be ended
         for them (XEP-0060 §8.4.3's not-allowed, of a node that cannot be deleted); any other
-        node does not exist, said in the node's words, not the API's folder and `boxmq ls`."""
+        node does not exist, said in the node's words, not the API's folder and `boxmq ls`.
+        A queue still known here that another process deleted is looked for first: its
+        owner went with its folder, and the delete of what is gone was answered result,
+        whoever asked."""
+        self._deleted_elsewhere(request.node)  # its subscribers told, as for this delete
         if not self._is_queue(request.node):
             if subscribers := len(self._subscriptions.of_node(request.node)):
                 raise StanzaError(
@@ -810,7 +814,9 @@ class QueueService:
 
     def _configure(self, iq: Iq, request: Configure) -> str:
         """Nodes have one fixed configuration: the form tells it; a submitted form is
-        accepted when it asks for what the node has already, else not-acceptable."""
+        accepted when it asks for what the node has already, else not-acceptable. A queue
+        deleted elsewhere is looked for first, as for a delete: its owner went with it."""
+        self._deleted_elsewhere(request.node)
         is_queue = self._is_queue(request.node)
         if is_queue:
             self._check_owner(iq, self._queue(request.node), "configure")

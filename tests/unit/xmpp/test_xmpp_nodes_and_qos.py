@@ -525,6 +525,27 @@ def test_a_queue_deleted_by_another_process_ends_its_subscriptions_here(
     assert wire.events() == [(ALICE, "item", item)]
 
 
+@pytest.mark.parametrize("asks", ["delete", "configure"])
+def test_a_queue_deleted_by_another_process_is_not_found_by_an_owner_request(
+    wire: Wire, root: Path, asks: str
+) -> None:
+    # Still known here, the gone queue's delete (or configure) by anyone was answered
+    # result (or with a queue's form): its owner, in the deleted folder, no longer read,
+    # so no owner was checked. The node does not exist (XEP-0060 §8.4.3, §8.2.3.4).
+    wire.create()
+    wire.subscribe(BOB, 1)
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    reply = wire.iq(
+        CAROL,  # not the owner: forbidden, while the queue was there
+        f"<pubsub xmlns='{OWNER}'><{asks} node='jobs'/></pubsub>",
+        type="set" if asks == "delete" else "get",
+    )
+    assert condition(reply) == ("cancel", "item-not-found")
+    assert "no node 'jobs'" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+    assert _deletes(wire) == [BOB]  # its subscribers told, as for a delete over XMPP
+
+
 def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Path) -> None:
     # no request to the node at all: the timer's round finds it (once a second, as sweeps go)
     wire.create()
