@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import NamedTuple
 
@@ -75,7 +75,7 @@ from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, dropbox_folders, queue_path
-from boxmq.store.names import check_priority, decode_lenient, encode
+from boxmq.store.names import MAX_NAME, check_priority, decode_lenient, encode
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import SideFiles
 from boxmq.store.temporaries import temporary_in
@@ -882,7 +882,7 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
     room for what a redelivery adds. Refused before `received`, a message is never lost at
     `deliver` (where it would be too late to tell its sender)."""
     if not to_topic:
-        return encode(envelope, limit=PUT_NAME_LIMIT)
+        return _named(envelope, PUT_NAME_LIMIT)
     # The copies first, against a put's limit. The working/ name also carries the sender's
     # source and id, which the copies leave out: only a name's own limit holds it.
     copy = at_qos(_as_copied(envelope), QoS.EXACTLY_ONCE)
@@ -892,4 +892,51 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
         raise MetadataTooLong(
             f"once delivered, use a shorter topic or fewer properties: {error}"
         ) from None
-    return encode(envelope)
+    return _named(envelope, MAX_NAME)
+
+
+# What an exactly-once sender chose of a name when it sent no properties of its own (an
+# XMPP <assured/>): its id, its name and the topic; the rest boxmq writes in a fixed size.
+_SENDERS_OWN = frozenset({SOURCE, SOURCE_MESSAGE_ID, TOPIC})
+
+
+def _named(envelope: Envelope, limit: int) -> str:
+    """encode(envelope, limit=limit); a MetadataTooLong in its sender's words if only what
+    it chose is in the name: the store's "shorten the properties" would name boxmq's own
+    (its msgId and JID, kept until `deliver`), of which an XMPP sender sent none."""
+    try:
+        return encode(envelope, limit=limit)
+    except MetadataTooLong as error:
+        if any(p.name not in _SENDERS_OWN for p in envelope.properties):
+            raise
+        raise _senders_refusal(envelope, limit) from error
+
+
+def _senders_refusal(envelope: Envelope, limit: int) -> MetadataTooLong:
+    """What of `envelope`'s name, over `limit`, each of the sender's texts takes once escaped
+    and how long its id could be: the one text it can always choose again."""
+    whole = len(encode(envelope, limit=_UNLIMITED))
+
+    def taken(name: str) -> int:  # its escaped text's bytes: the name less it, emptied
+        emptied = tuple(
+            Property(p.name, p.type, "") if p.name == name else p for p in envelope.properties
+        )
+        return whole - len(encode(replace(envelope, properties=emptied), limit=_UNLIMITED))
+
+    msg_id, source = taken(SOURCE_MESSAGE_ID), taken(SOURCE)
+    room = limit - (whole - msg_id)
+    others = f"the sender's JID {envelope.property_value(SOURCE)} takes {source}"
+    if (topic := envelope.property_value(TOPIC)) is not None:
+        others += f" and the node (topic) takes {taken(TOPIC)}"
+    said = (
+        f"the msgId takes {msg_id} bytes of the stored message's file name once escaped "
+        f"(a character other than A-Z, a-z, 0-9, - and _ takes 3 to 12), over its {limit}-byte "
+        f"limit beside the rest ({others})"
+    )
+    if room <= 0:  # a JID may be 3071 bytes (RFC 7622): only the node can be shorter
+        return MetadataTooLong(f"{said}: no msgId fits" + ("; use a shorter node" if topic else ""))
+    shorter = "msgId" if topic is None else "msgId or node"
+    return MetadataTooLong(f"{said}: at most {room} fit; use a shorter {shorter}")
+
+
+_UNLIMITED = 1 << 30  # a limit no name reaches: to measure one

@@ -724,6 +724,30 @@ def test_received_echoes_a_msgid_that_needs_escaping_as_it_was_sent(
     assert box.queue("jobs").counts().ready == 1
 
 
+def test_a_msgid_too_long_for_a_file_name_is_refused_naming_the_msgid_and_its_room(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # the msgId and the sender's JID are kept in the stored message's name until its deliver:
+    # the text says what the sender can shorten (it sent no properties), and by how much
+    wire.create()
+    refused = wire.iq(CAROL, _wrapped("assured", "m" * 80, "x"), to=NODE_AT)
+    assert condition(refused) == ("modify", "bad-request")
+    text = refused.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") or ""
+    assert "properties" not in text
+    assert "the msgId takes 80 bytes" in text
+    assert "at most 61 fit" in text
+    assert f"the sender's JID {CAROL} takes 21" in text  # '@' and '/' take 3 bytes each
+    fits = wire.iq(CAROL, _wrapped("assured", "m" * 61, "x"), to=NODE_AT)
+    assert fits.find(ns.tag(ns.QOS, "received")) is not None
+    # to a topic node the topic is in the name too, and the text says how long it is
+    topic_node = f"{'t' * 60}@{SERVICE}"
+    refused = wire.iq(CAROL, _wrapped("assured", "m" * 80, "x"), to=topic_node)
+    text = refused.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") or ""
+    assert "the msgId takes 80 bytes" in text
+    assert "the node (topic) takes 60" in text
+    assert box.queue("jobs").counts().ready == 0
+
+
 def test_the_same_msgid_from_two_resources_of_one_user_is_two_messages(
     wire: Wire, box: boxmq.Box
 ) -> None:
