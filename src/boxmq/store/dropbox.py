@@ -185,10 +185,11 @@ class Dropbox:
 
     def _complete(self) -> None:
         """Make the state folders a dropbox made by hand (or by DropboxMQ) may lack: target/
-        alone makes a queue. Where none can be made (a read-only root), scan() reads a missing
-        folder as empty."""
-        for directory in self._dirs.values():
-            if not os.path.isdir(directory):
+        alone makes a queue, and no_dropbox() has just found it a folder, so it is not looked
+        at again. Where none can be made (a read-only root), scan() reads a missing folder as
+        empty."""
+        for state, directory in self._dirs.items():
+            if state is not State.TARGET and not os.path.isdir(directory):
                 with contextlib.suppress(OSError):
                     os.makedirs(directory, exist_ok=True)
 

@@ -34,6 +34,25 @@ def test_opening_a_queue_with_only_target_makes_the_other_state_folders(
     assert box.move(State.TARGET, "x", State.PROCESSING)
 
 
+def test_opening_a_queue_looks_at_its_target_once(
+    tmp_path: Path, committer: Committer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The look that tells a queue from none found target/ a folder: the look for the state
+    # folders the queue lacks looked at it again, where only the three others may be missing.
+    for state in State:
+        (tmp_path / "q" / state.value).mkdir(parents=True)
+    looks: list[str] = []
+    real = os.stat
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        looks.append(os.path.basename(os.fspath(path)))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    Dropbox(str(tmp_path / "q"), committer, create=False)
+    assert sorted(looks) == sorted(s.value for s in State)
+
+
 def test_a_move_into_a_state_folder_not_made_yet_makes_it_and_no_other(
     tmp_path: Path, committer: Committer
 ) -> None:
