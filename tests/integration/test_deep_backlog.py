@@ -316,8 +316,14 @@ _BACKLOG_NAME = st.one_of(
         _TAILS,
         st.from_regex(r"[0-9]{3}-[0-9]{1,4}", fullmatch=True),
     ),
+    # No IdFactory stamp (a file `mv` dropped in): ranked by its mtime, set below within the
+    # same milliseconds as the stamped names, at a fraction of one; "0job" sorts before the
+    # stamped ids as a string, "job" after them.
     st.builds(
-        lambda priority, number: f"{priority}.job-{number}.B", _PRIORITIES, st.integers(0, 9)
+        lambda priority, prefix, number: f"{priority}.{prefix}-{number}.B",
+        _PRIORITIES,
+        st.sampled_from(["job", "0job"]),
+        st.integers(0, 9),
     ),
 )
 
@@ -343,7 +349,9 @@ def test_a_mixed_backlog_drains_in_one_order_with_a_small_front_or_none(
     tmp_path_factory: pytest.TempPathFactory, names: list[str]
 ) -> None:
     # A front of 3 keeps most names cold (bare strings, ranked from the name), a front larger
-    # than the backlog none: the engine's order, which the two drains must both be.
+    # than the backlog none: the engine's order, which the two drains must both be. A name
+    # without a stamp ranks by its mtime, to the nanosecond, and the cold horizon by whole
+    # milliseconds: both are the rank the name has decoded, so they order alike.
     roots = [tmp_path_factory.mktemp("root") for _ in range(2)]
     for root in roots:
         with boxmq.open(root, fsync="never") as box:
@@ -351,7 +359,8 @@ def test_a_mixed_backlog_drains_in_one_order_with_a_small_front_or_none(
         for index, name in enumerate(names):
             path = root / "jobs" / "target" / name
             path.write_bytes(b"x")
-            os.utime(path, (_NOW_MS / 1000 - 60 + index, _NOW_MS / 1000 - 60 + index))
+            mtime = (_NOW_MS - index % 3) * 1_000_000 + index * 7_919 % 1_000_000  # ns
+            os.utime(path, ns=(mtime, mtime))
     small, whole = _drain_order(roots[0], 3), _drain_order(roots[1], 10_000)
     assert small == whole
     assert len(whole) == len(names)
