@@ -530,7 +530,9 @@ class QueueService:
         try:
             if held is not None:
                 held_done(held)
-            elif self._is_queue(request.node):
+            elif not self._deleted_elsewhere(request.node) and self._is_queue(request.node):
+                # a queue deleted elsewhere is looked for first: still known here, its
+                # refusal named the deleted folder's path on this disk to the client
                 queue_done(self._queue(request.node), request.item_id, consumer)
             else:
                 raise self._not_held_on_topic(request.node, request.item_id)
@@ -665,7 +667,9 @@ class QueueService:
         subscription = self._subscriptions.get(iq.sender, request.node)
         if subscription is None:
             # XEP-0060 §6.2.3.4: a queue node exists while its queue does, a topic node while
-            # it has subscribers here
+            # it has subscribers here; a queue deleted elsewhere is looked for first, or the
+            # one nobody subscribed to, still known here, was not-subscribed
+            self._deleted_elsewhere(request.node)
             if not self._is_queue(request.node) and not self._subscriptions.of_node(request.node):
                 raise QueueNotFound(f"no node {request.node!r}")
             raise StanzaError(_NOT_SUBSCRIBED, f"{iq.sender} is not subscribed to {request.node}")
@@ -760,7 +764,8 @@ class QueueService:
             items: Iterable[tuple[str, str | None, str | None]] = (
                 (self.domain, name, name) for name in self._box.queues() if not NOT_XML.search(name)
             )
-        elif self._is_queue(request.node):
+        elif not self._deleted_elsewhere(request.node) and self._is_queue(request.node):
+            # a queue deleted elsewhere is the topic of that name: its subscribers told now
             ready = self._queue(request.node).peek(limit=100)
             items = (  # §5.5: name=
                 (self.domain, None, p.envelope.message_id)

@@ -546,6 +546,128 @@ def test_a_queue_deleted_by_another_process_is_not_found_by_an_owner_request(
     assert _deletes(wire) == [BOB]  # its subscribers told, as for a delete over XMPP
 
 
+_A_MESSAGE = "<message xmlns='jabber:client'><body>1</body></message>"
+# Each request a client may send about a node, {node} in it: (sender, inner, type, to).
+_ABOUT_A_NODE = {
+    "publish": (
+        CAROL,
+        f"<pubsub xmlns='{PS}'><publish node='{{node}}'><item><j/></item></publish></pubsub>",
+        "set",
+        SERVICE,
+    ),
+    "retract": (
+        BOB,
+        f"<pubsub xmlns='{PS}'><retract node='{{node}}'><item id='x'/></retract></pubsub>",
+        "set",
+        SERVICE,
+    ),
+    "unlock": (
+        BOB,
+        f"<pubsub xmlns='{PS}'><unlock xmlns='{ns.QUEUEING}' node='{{node}}'>"
+        "<item id='x'/></unlock></pubsub>",
+        "get",
+        SERVICE,
+    ),
+    "unsubscribe": (
+        BOB,
+        f"<pubsub xmlns='{PS}'><unsubscribe node='{{node}}' jid='bob@localhost'/></pubsub>",
+        "set",
+        SERVICE,
+    ),
+    "subscriptions": (
+        BOB,
+        f"<pubsub xmlns='{PS}'><subscriptions node='{{node}}'/></pubsub>",
+        "get",
+        SERVICE,
+    ),
+    "affiliations": (
+        ALICE,
+        f"<pubsub xmlns='{PS}'><affiliations node='{{node}}'/></pubsub>",
+        "get",
+        SERVICE,
+    ),
+    "disco#info": (BOB, f"<query xmlns='{ns.DISCO_INFO}' node='{{node}}'/>", "get", SERVICE),
+    "disco#items": (BOB, f"<query xmlns='{ns.DISCO_ITEMS}' node='{{node}}'/>", "get", SERVICE),
+    "configure": (
+        ALICE,
+        f"<pubsub xmlns='{OWNER}'><configure node='{{node}}'/></pubsub>",
+        "get",
+        SERVICE,
+    ),
+    "delete": (
+        ALICE,
+        f"<pubsub xmlns='{OWNER}'><delete node='{{node}}'/></pubsub>",
+        "set",
+        SERVICE,
+    ),
+    "acknowledged": (
+        CAROL,
+        f"<acknowledged xmlns='{ns.QOS}'>{_A_MESSAGE}</acknowledged>",
+        "set",
+        "{node}@" + SERVICE,
+    ),
+    "assured": (
+        CAROL,
+        f"<assured xmlns='{ns.QOS}' msgId='m1'>{_A_MESSAGE}</assured>",
+        "set",
+        "{node}@" + SERVICE,
+    ),
+    "create": (ALICE, f"<pubsub xmlns='{PS}'><create node='{{node}}'/></pubsub>", "set", SERVICE),
+    "subscribe": (
+        BOB,
+        f"<pubsub xmlns='{PS}'><subscribe node='{{node}}' jid='bob@localhost'/></pubsub>",
+        "set",
+        SERVICE,
+    ),
+}
+
+
+def _answer(reply: ET.Element) -> tuple[str, ...]:
+    """A reply as two nodes' can be compared: its type, and an error's condition and text
+    or a result's children's tags (node names and ids left out)."""
+    if reply.get("type") == "error":
+        text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+        return (*condition(reply), text.replace("never", "NODE").replace("jobs", "NODE"))
+    return ("result", *(e.tag for e in reply.iter() if e is not reply and e.tag != "item"))
+
+
+@pytest.mark.parametrize("asks", list(_ABOUT_A_NODE))
+def test_a_queue_deleted_by_another_process_nobody_subscribed_to_is_answered_as_no_queue(
+    wire: Wire, root: Path, box: boxmq.Box, asks: str
+) -> None:
+    # A queue nobody here subscribed to stays known until a request looks for it (the
+    # timer looks at the subscribed ones only): no request may answer from that memory.
+    # Deleted elsewhere, `jobs` is answered as `never`, a node that was never a queue.
+    wire.create()
+    wire.publish()
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    sender, inner, type, to = _ABOUT_A_NODE[asks]
+    answers = [
+        _answer(wire.iq(sender, inner.format(node=n), type=type, to=to.format(node=n)))
+        for n in ("never", "jobs")
+    ]
+    assert answers[1] == answers[0]
+    assert ("jobs" in box.queues()) == (asks == "create")  # not made again by any other
+
+
+def test_disco_items_of_a_queue_deleted_by_another_process_tells_its_subscribers(
+    wire: Wire, root: Path
+) -> None:
+    # A client that lists a node's items to see whether it is still there learnt nothing,
+    # and its subscribers waited for the timer's round: the node is the topic of that name.
+    wire.create()
+    wire.subscribe(BOB, 1)
+    wire.publish()
+    wire.events()
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}' node='jobs'/>", type="get")
+    assert reply.get("type") == "result"
+    assert list(reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))) == []
+    assert _deletes(wire) == [BOB]
+
+
 def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Path) -> None:
     # no request to the node at all: the timer's round finds it (once a second, as sweeps go)
     wire.create()
