@@ -751,6 +751,12 @@ class QueueService:
         return (own, *self._trusted.entries_of(sender, own))
 
     def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
+        """Any node is a leaf: one that names no queue is the topic of that name, published
+        to (its MQTT subscribers get it) with no subscriber here. Not XEP-0060 §5.4's
+        item-not-found, as a delete, a configure and an unsubscribe answer such a node: a
+        client may look before it publishes, and Smack's getOrCreateLeafNode creates the
+        node on item-not-found, a queue here, which would take every later publish from the
+        topic's subscribers (docs/xmpp.md)."""
         if request.node is None:
             identity = ("pubsub", "service", "boxmq queues")
         else:

@@ -97,6 +97,24 @@ def test_disco_info_of_a_queue_node_and_of_a_topic_node(wire: Wire) -> None:
     assert topic.get("type") == "result"  # any node that is no queue is a topic
 
 
+def test_disco_info_of_a_topic_node_nobody_subscribed_to_is_a_leaf_as_its_publish_is_stored(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # Not item-not-found (XEP-0060 §5.4), as its delete, configure and unsubscribe are: a
+    # publish to it is answered result and reaches its MQTT subscribers, and Smack's
+    # getOrCreateLeafNode asks disco#info first and creates the node on item-not-found, a
+    # queue here that would take those publishes from them.
+    mqtt = box.subscribe("sensors/1", "mqtt-client")
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='sensors/1'/>", type="get")
+    identity = reply.find(f".//{{{ns.DISCO_INFO}}}identity")
+    assert identity is not None
+    assert (identity.get("category"), identity.get("type")) == ("pubsub", "leaf")
+    item = wire.publish(node="sensors/1")
+    assert [m.id for m in mqtt.receive_ready()] == [item]
+    configure = f"<pubsub xmlns='{OWNER}'><configure node='sensors/1'/></pubsub>"
+    assert condition(wire.iq(ALICE, configure, type="get")) == ("cancel", "item-not-found")
+
+
 def test_disco_items_lists_nodes_and_a_nodes_waiting_items(wire: Wire) -> None:
     wire.create("jobs")
     wire.create("mail")
