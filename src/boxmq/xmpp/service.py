@@ -756,10 +756,14 @@ class QueueService:
         item-not-found, as a delete, a configure and an unsubscribe answer such a node: a
         client may look before it publishes, and Smack's getOrCreateLeafNode creates the
         node on item-not-found, a queue here, which would take every later publish from the
-        topic's subscribers (docs/xmpp.md)."""
+        topic's subscribers (docs/xmpp.md). A topic node no publish fits is no such node: it
+        is refused as its subscribe is, with the same condition and text, as a filter that
+        fits is not (a subscribe to it is served, and Smack's getNode asks disco#info first)."""
         if request.node is None:
             identity = ("pubsub", "service", "boxmq queues")
         else:
+            if not self._is_queue(request.node):
+                self._refuse_unreachable_topic(request.node)
             identity = ("pubsub", "leaf", request.node)
         return render.result(iq, render.disco_info(request.node, identity, FEATURES))
 
@@ -779,6 +783,7 @@ class QueueService:
                 if not NOT_XML.search(p.envelope.message_id)
             )
         else:
+            self._refuse_unreachable_topic(request.node)  # as its disco#info is
             items = ()  # a topic keeps nothing of its own
         return render.result(iq, render.disco_items(request.node, items))
 

@@ -201,6 +201,43 @@ def test_a_subscribe_to_a_topic_node_no_publish_fits_is_refused_as_its_publish_i
     assert wire.subscribe(BOB, 1, node="q" * 120).get("type") == "result"
 
 
+def test_disco_of_a_topic_node_no_publish_fits_is_refused_as_its_subscribe_is(
+    wire: Wire,
+) -> None:
+    # disco#info answered result, a pubsub/leaf, for a topic node whose every publish and
+    # subscribe is refused (the topic is in each item's file name): a client that looks
+    # first was told it could use the node. Refused alike now, with the subscribe's
+    # condition and text; disco#items of it too.
+    long = "a/" * 26 + "bb"  # 106 bytes escaped, at most 79 fit
+    subscribe = wire.subscribe(BOB, 1, node=long)
+    for query in (ns.DISCO_INFO, ns.DISCO_ITEMS):
+        for node in (long, f"{long}/+"):
+            reply = wire.iq(ALICE, f"<query xmlns='{query}' node='{node}'/>", type="get")
+            assert condition(reply) == ("modify", "bad-request"), (query, node)
+            text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+            assert "could never receive an item" in text, text
+        reply = wire.iq(ALICE, f"<query xmlns='{query}' node='{long}'/>", type="get")
+        assert reply.findtext(f".//{{{ns.STANZAS}}}text") == subscribe.findtext(
+            f".//{{{ns.STANZAS}}}text"
+        )
+    # a filter that fits is a node one subscribes to (Smack's getNode asks disco#info
+    # before its subscribe): a leaf, as its subscribe is answered result
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='a/+'/>", type="get")
+    identity = reply.find(f".//{{{ns.DISCO_INFO}}}identity")
+    assert identity is not None
+    assert (identity.get("category"), identity.get("type")) == ("pubsub", "leaf")
+    assert wire.subscribe(BOB, 1, node="a/+").get("type") == "result"
+    publish = (
+        f"<pubsub xmlns='{PS}'><publish node='a/+'><item><j xmlns='u'/></item></publish></pubsub>"
+    )
+    assert condition(wire.iq(CAROL, publish)) == ("modify", "bad-request")  # docs/xmpp.md
+    # a queue node's name is not in its items' file names: any length its folder takes
+    wire.create("q" * 120)
+    for query in (ns.DISCO_INFO, ns.DISCO_ITEMS):
+        reply = wire.iq(ALICE, f"<query xmlns='{query}' node='{'q' * 120}'/>", type="get")
+        assert reply.get("type") == "result", query
+
+
 def test_create_of_a_topic_node_that_has_subscribers_is_conflict(wire: Wire) -> None:
     # A topic node exists while it has subscribers here (docs/xmpp.md). Its create made a
     # queue of that name, which took every later publish to the node: its subscribers got
