@@ -21,13 +21,14 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from harness.ports import free_port
 from harness.stopping import stop
-from tests.integration.mqtt.clients import mosquitto_tools, serving_fresh
+from tests.integration.mqtt.clients import boxmq_cli_ok, mosquitto_tools, serving_fresh
 
 MOSQUITTO = "/usr/sbin/mosquitto"  # Debian's
 
@@ -354,17 +355,14 @@ def _listening(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    """A mosquitto on 127.0.0.1 (a free port): anonymous, in memory; its port."""
+@contextmanager
+def _mosquitto_running(folder: Path, *lines: str) -> Iterator[int]:
+    """A mosquitto on 127.0.0.1 (a free port), in memory, with the config `lines`; its port."""
     _needs_mosquitto()
-    folder = tmp_path_factory.mktemp("mosquitto")
     port = free_port()
     config = folder / "mosquitto.conf"
-    config.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"
-        "log_dest stderr\nlog_type error\nlog_type warning\n"
-    )
+    settings = (f"listener {port} 127.0.0.1", "persistence false", "log_dest stderr", *lines)
+    config.write_text("\n".join(settings) + "\n")
     log = folder / "mosquitto.log"
     with log.open("wb") as stderr:
         process = subprocess.Popen(
@@ -375,6 +373,13 @@ def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         yield port
     finally:
         stop(process, seconds=20)
+
+
+@pytest.fixture(scope="module")
+def mosquitto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """The mosquitto of the module's cases: anonymous clients; its port."""
+    with _mosquitto_running(tmp_path_factory.mktemp("mosquitto"), "allow_anonymous true") as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
@@ -410,3 +415,69 @@ def test_mqtt31_is_refused_as_the_docs_say(mosquitto: int, boxmq: int) -> None:
         "rc=1",
         refused,
     ]
+
+
+def test_a_refused_user_is_told_so_in_other_words(tmp_path: Path) -> None:
+    """-u/-P against a password file: the right password connects on both; a wrong one or an
+    unknown user gets "bad user name or password" from boxmq (3.1.1 return code 4, v5
+    0x86, as MQTT names the case) where mosquitto says "not authorised" (5, 0x87), and no user
+    name gets "not authorised" from both (docs/mqtt.md, Coming from mosquitto)."""
+    boxmq_cli_ok(
+        tmp_path / "data", "passwd", str(tmp_path / "passwd"), "alice", "--password", "secret"
+    )
+    (tmp_path / "mosquitto").mkdir()
+    words = tmp_path / "mosquitto" / "passwd"
+    subprocess.run(["mosquitto_passwd", "-c", "-b", str(words), "alice", "secret"], check=True)
+    (tmp_path / "boxmq.toml").write_text(f'[security]\npassword_file = "{tmp_path / "passwd"}"\n')
+    script = Case(
+        """
+        for v in mqttv311 mqttv5; do
+          for who in "-u alice -P secret" "-u alice -P wrong" "-u bob -P secret" ""; do
+            sub -V $v $who -t $T -E; echo "$v [$who] rc=$?"
+          done
+        done
+        """,
+        "",
+    )
+    # "user root": mosquitto run as root reads its files as the user mosquitto otherwise,
+    # whom the test's folders keep out
+    with _mosquitto_running(
+        tmp_path / "mosquitto", "allow_anonymous false", f"password_file {words}", "user root"
+    ) as port:
+        theirs = _script(script, port, "pwz")
+    with serving_fresh(tmp_path, "--config", str(tmp_path / "boxmq.toml")) as served:
+        ours = _script(script, served.port, "pwz")
+    refused = {
+        5: "Connection error: Connection Refused: not authorised.",
+        4: "Connection error: Connection Refused: bad user name or password.",
+        135: "Connection error: Not authorized",
+        134: "Connection error: Bad User Name or Password",
+    }
+
+    def said(codes: list[tuple[str, str, int]]) -> str:
+        """What the script prints when each (version, who) gets its CONNACK code."""
+        lines = [
+            ([refused[code]] if code else []) + [f"{v} [{who}] rc={code}"] for v, who, code in codes
+        ]
+        return "\n".join(line for pair in lines for line in pair)
+
+    right, wrong, unknown, nobody = (
+        "-u alice -P secret",
+        "-u alice -P wrong",
+        "-u bob -P secret",
+        "",
+    )
+    assert theirs == said(
+        [
+            (v, who, 0 if who == right else denied)
+            for v, denied in (("mqttv311", 5), ("mqttv5", 135))
+            for who in (right, wrong, unknown, nobody)
+        ]
+    )
+    assert ours == said(
+        [
+            (v, who, 0 if who == right else denied if who == nobody else bad)
+            for v, denied, bad in (("mqttv311", 5, 4), ("mqttv5", 135, 134))
+            for who in (right, wrong, unknown, nobody)
+        ]
+    )
