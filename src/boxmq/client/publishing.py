@@ -83,16 +83,18 @@ class _Route:
 
     __slots__ = ("_first", "copied", "durable", "levels", "memory", "topic")
 
+    # The property that names the topic in each copy of a batch's plain publications: set by
+    # `_stage_many`, its one reader, once per route rather than once per message (a Property
+    # costs about as much as the envelope holding it). Not made here: publish's route goes with
+    # an envelope that has one already, and made one per call it never read.
+    topic: Property
+
     def __init__(
         self,
-        topic: str,
         durable: list[tuple[Destination, str]],
         memory: list[tuple[MemoryInbox, Destination]],
         level: QoS,
     ) -> None:
-        # The property that names the topic in each copy: made once per route, not once per
-        # message (a Property costs about as much as the envelope that holds it).
-        self.topic = Property(TOPIC, PropertyType.STRING, topic)
         self.durable = durable  # a dropbox each, with its path
         self.memory = memory  # in-memory subscribers of this process
         # The QoS of each copy's file name; the published one when there is no copy, so the
@@ -603,6 +605,7 @@ class Publisher:
                 if not reserved:  # a door's: the MQTT one lets an ACL rule allow `$SYS`
                     refuse_sys(message.topic)
                 route = routes[key] = self._destinations(*key)
+                route.topic = Property(TOPIC, PropertyType.STRING, message.topic)
             if not reserved:
                 refuse_reserved(message.properties)
             if message.properties or message.expires_in is not None:
@@ -647,7 +650,7 @@ class Publisher:
 
     def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
         durable, memory = self._routes.destinations(topic, level, source)
-        return _Route(topic, durable, memory, level)
+        return _Route(durable, memory, level)
 
     def _staged(
         self,
