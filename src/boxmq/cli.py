@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         # What parse_args says, but with the command's usage (`boxmq serve ... extra`): the
         # top-level usage names no option of the command.
-        args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
+        meant = cli_parser.near_option(parser, args.name, unknown)
+        args.usage_error(f"unrecognized arguments: {' '.join(unknown)}{meant}")
     if empty := _empty_path(args):
         args.usage_error(empty)
     if (check := _USAGE_CHECKS.get(args.name)) is not None:

@@ -17,7 +17,7 @@ from boxmq.cli_args import Default
 from boxmq.client import Box
 from boxmq.store.layout import State
 
-__all__ = ["Commands", "parser"]
+__all__ = ["Commands", "near_option", "parser"]
 
 
 def _add_common(
@@ -141,6 +141,28 @@ class Commands(_SubParsers):
             setattr(namespace, key, value)
         if unknown:
             vars(namespace).setdefault(argparse._UNRECOGNIZED_ARGS_ATTR, []).extend(unknown)
+
+
+def near_option(parser: argparse.ArgumentParser, name: str, unknown: Sequence[str]) -> str:
+    """`" (did you mean --priority?)"` when the first of the words command `name` did not take
+    that is an option (`--priorty`, `--proprety=a=b`) looks like a typo of one of its long
+    options, else "": a new user's typo was told "unrecognized arguments" alone, as a
+    misspelt key of the config file is not. The cutoff (0.75, as the config file's) names no
+    option for one of another command (purge's `--from`, requeue's: `--fsync` is 0.62)."""
+    words = [word for word in unknown if word.startswith("--")]
+    if not words:
+        return ""
+    import difflib  # here: only a usage error pays for it
+
+    (commands,) = [action for action in parser._actions if isinstance(action, Commands)]
+    options = [
+        option
+        for action in commands.parser(name)._actions
+        for option in action.option_strings
+        if option.startswith("--")
+    ]
+    close = difflib.get_close_matches(words[0].partition("=")[0], options, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 # DESIGN.md §8: a dropbox is a public interface, and the command line says how to use it.

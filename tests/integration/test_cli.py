@@ -1675,6 +1675,41 @@ def test_an_argument_no_command_takes_is_refused_with_the_command_s_usage(
     assert not (root / "pw").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "meant"),
+    [
+        (("put", "q", "x", "--priorty", "3"), "--priority"),
+        (("put", "q", "x", "--proprety=a=b"), "--property"),
+        (("get", "q", "--lok", "30s"), "--lock"),
+        (("serve", "--no-mqqt"), "--no-mqtt"),
+        (("ls", "--jsno"), "--json"),
+    ],
+)
+def test_a_misspelt_option_is_refused_with_the_option_it_looks_like(
+    root: Path, args: tuple[str, ...], meant: str
+) -> None:
+    """A new user's typo (`--priorty`) was told only "unrecognized arguments", left to find
+    the option in the usage above; as a misspelt config key is, it is now named, and nothing
+    is done (found by typing the README's tour with typos)."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"boxmq {args[0]}: error: unrecognized arguments: "), last
+    assert last.endswith(f" (did you mean {meant}?)"), last
+    assert not (root / "q").exists()
+
+
+@pytest.mark.parametrize("args", [("purge", "q", "--from", "error"), ("ls", "--x")])
+def test_an_unknown_option_like_none_is_named_without_a_guess(
+    root: Path, args: tuple[str, ...]
+) -> None:
+    """`--from` is requeue's, not close to any of purge's options (`--fsync` is not what was
+    meant): no guess is better than a wrong one."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    assert "did you mean" not in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
 @pytest.mark.parametrize(("name", "says"), [("x/y", "contains '/'"), ("x" * 41, "40-byte")])
 def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(
