@@ -1962,6 +1962,22 @@ def test_a_queue_folder_made_by_hand_unescaped_says_how_to_reach_it(root: Path) 
     assert ok(root, "get", "50%off").endswith("\n\nm")
 
 
+@pytest.mark.parametrize("command", [("get",), ("peek",), ("ack", "1-2")])
+def test_a_queue_named_by_its_folder_s_name_is_told_the_queue_s_name(
+    root: Path, command: tuple[str, ...]
+) -> None:
+    """`put 'my jobs'` makes the folder my%20jobs; a user who then gave that name, as `ls
+    data` shows it, was told to rename boxmq's own folder to my%2520jobs (found on the
+    README's tour, a queue name with a space): it is the queue 'my jobs', to be named so."""
+    ok(root, "put", "my jobs", "x")
+    done = boxmq_cli(root, command[0], "my%20jobs", *command[1:])
+    assert done.returncode == 1
+    assert "rename" not in done.stderr, done.stderr
+    assert "the folder of the queue 'my jobs'" in done.stderr, done.stderr
+    assert (root / "my%20jobs" / "target").is_dir()
+    assert not (root / "my%2520jobs").exists()
+
+
 def test_peek_json_gives_properties_as_an_object_as_get_does(root: Path) -> None:
     ok(root, "put", "q", "x", "-p", "tenant=a,b", "-p", "n:int=3")
     [row] = json.loads(ok(root, "--json", "peek", "q"))

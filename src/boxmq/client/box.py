@@ -51,6 +51,7 @@ from boxmq.store.layout import (
     State,
     broken_target,
     dropbox_folders,
+    escaped_name,
     in_the_way,
     is_dropbox,
     list_dropboxes,
@@ -244,6 +245,14 @@ class Box:
             )
         unescaped = os.path.join(self.root, name)
         if os.sep not in name and name not in (".", "..") and is_dropbox(unescaped):
+            if (queue := escaped_name(name)) is not None:
+                # The name a folder has on disk (`ls data` shows my%20jobs, the folder of
+                # `put 'my jobs'`): to rename boxmq's own folder was no advice to give.
+                return (
+                    f"no queue {name!r}: {unescaped} is the folder of the queue {queue!r} "
+                    "(a queue's folder is its name escaped: docs/file-format.md); give "
+                    f"{queue!r}, as `boxmq ls` lists it"
+                )
             return (
                 f"no queue {name!r}: the folder {unescaped} is not named in boxmq's escaped "
                 f"form; rename it to {path} (docs/file-format.md)"

@@ -31,6 +31,7 @@ __all__ = [
     "State",
     "clear_deleting",
     "dropbox_folders",
+    "escaped_name",
     "folder_seen",
     "in_the_way",
     "is_dropbox",
@@ -200,7 +201,7 @@ def dropbox_folders(root: str, others: list[str] | None = None) -> list[tuple[st
             if others is not None:
                 others.append(entry.path)
             continue
-        if (name := _escaped_name(entry.name)) is not None:
+        if (name := escaped_name(entry.name)) is not None:
             escaped.append((name, entry.path))
         else:
             shown = os.fsencode(entry.name).decode("utf-8", "backslashreplace")
@@ -210,7 +211,7 @@ def dropbox_folders(root: str, others: list[str] | None = None) -> list[tuple[st
     return sorted(escaped + by_hand)
 
 
-def _escaped_name(folder: str) -> str | None:
+def escaped_name(folder: str) -> str | None:
     """The queue name whose escaped form `folder` is, or None (a folder made by hand)."""
     try:
         name = unescape_segment(folder)
