@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -548,11 +549,24 @@ def _serve(args: argparse.Namespace) -> int:
 def _before_subscribe(args: argparse.Namespace) -> None:
     """A filter or a --name that is none, said before the root is made (cli._run), as
     cli_message.before_put does for put: it made an empty root at a mistyped --data first."""
-    from boxmq.core.topics import parse_filter
+    from boxmq.core.topics import about_sys, parse_filter
     from boxmq.store.names import check_consumer_name
 
-    parse_filter(args.filter)
+    topic_filter = parse_filter(args.filter)
     check_consumer_name(args.subscriber, "subscriber name")
+    if about_sys(topic_filter.filter):
+        # mqtt.md's figures, asked of the CLI, waited in silence: each serve answers them
+        # from memory to its MQTT clients. Not refused: what an MQTT client an ACL lets
+        # publish under $SYS sends is stored, and reaches this subscription.
+        print(
+            output.said(
+                f"{output.said_by(args)}: warning: {args.filter!r} is under $SYS, the MQTT "
+                "server's own topics: each boxmq serve publishes its figures there from memory, "
+                "to its MQTT clients only, so this gets none of them (ask a server: "
+                "mosquitto_sub -t '$SYS/#' -v)"
+            ),
+            file=sys.stderr,
+        )
 
 
 def _subscribe(args: argparse.Namespace, box: Box) -> int:

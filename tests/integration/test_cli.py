@@ -294,6 +294,22 @@ def test_subscribe_idle_0_takes_what_is_there_and_stops(root: Path) -> None:
     assert ok(root, "subscribe", "news/#", "--name", "reader", "--idle", "0") == ""
 
 
+@pytest.mark.parametrize("filter", ["$SYS/#", "$SYS/broker/clients/connected", "$share/g/$SYS/#"])
+def test_subscribe_to_sys_topics_says_they_come_from_the_mqtt_server_only(
+    root: Path, filter: str
+) -> None:
+    """mqtt.md's $SYS figures, asked of `boxmq subscribe '$SYS/#'`, waited in silence: each
+    `boxmq serve` answers them from memory to its MQTT clients, never through the root (found
+    on a new user's tour). It still subscribes (an MQTT client an ACL lets publish there
+    reaches it), and says on stderr where the figures are."""
+    done = boxmq_cli(root, "subscribe", filter, "--idle", "0")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("boxmq subscribe: warning: "), done.stderr
+    assert "mosquitto_sub" in done.stderr, done.stderr
+    quiet = boxmq_cli(root, "subscribe", "sys/#", "--idle", "0")
+    assert quiet.stderr == "", quiet.stderr
+
+
 def test_subscribe_idle_0_of_a_share_group_member_drains_what_it_can_take_and_stops(
     root: Path,
 ) -> None:
