@@ -63,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.usage_error(f"unrecognized arguments: {' '.join(unknown)}{meant}")
     if empty := _empty_path(args):
         args.usage_error(empty)
+    if unknown_home := _home_folder(args):
+        args.usage_error(unknown_home)
     if (check := _USAGE_CHECKS.get(args.name)) is not None:
         check(args)  # a usage error exits (2) here, before anything is opened
     log = logging.StreamHandler(sys.stderr)
@@ -190,6 +192,24 @@ def _empty_path(args: argparse.Namespace) -> str:
     if isinstance(args.data, Default):
         return "$BOXMQ_DATA is empty: give it the root folder, or unset it for ./data"
     return "--data is empty: give the root folder, e.g. --data ./data"
+
+
+def _home_folder(args: argparse.Namespace) -> str:
+    """Reads a leading `~` of --data or $BOXMQ_DATA as a home folder, as the config file's
+    `data` is read, and says what is wrong with one that names no user ("" if nothing is).
+    Quoted (`--data '~/q'`, `BOXMQ_DATA="~/q"`), no shell expands it: the folder `~` made in
+    the current one was one `rm -rf ~` away from the home folder."""
+    data = str(getattr(args, "data", ""))
+    if args.name == "passwd" or not data.startswith("~"):
+        return ""
+    home = os.path.expanduser(data)
+    if home.startswith("~"):  # left as it was: no such user, or no $HOME for a bare ~
+        user = data[1:].partition("/")[0]
+        missing = f"this machine has no user {user}" if user else "$HOME is not set"
+        given = "$BOXMQ_DATA" if isinstance(args.data, Default) else "--data"
+        return f"{given} {data!r}: {missing}, so ~ names no home folder: write its full path"
+    args.data = Default(home) if isinstance(args.data, Default) else home
+    return ""
 
 
 def _run(args: argparse.Namespace) -> int:

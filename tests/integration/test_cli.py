@@ -1770,6 +1770,40 @@ def test_a_missing_root_under_a_file_names_the_file(
     assert f"({tmp_path / 'file'} is a file, not a folder): check --data" in said
 
 
+@pytest.mark.parametrize("given", ["flag", "env"])
+def test_a_data_folder_under_a_quoted_tilde_is_in_the_home_folder(
+    tmp_path: Path, given: str
+) -> None:
+    """`--data '~/q'` or `BOXMQ_DATA="~/q"` (quoted, so no shell expands it) made a folder
+    named `~` in the current one, one `rm -rf ~` away from the home folder, where the config
+    file's `data = "~/q"` is the home folder's q (found on a new user's tour). The CLI reads it
+    as the config file does; a user this machine does not have is a usage error."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    env = {**os.environ, "HOME": str(home)}
+    flag = ["--data", "~/q"] if given == "flag" else []
+    if given == "env":
+        env["BOXMQ_DATA"] = "~/q"
+    command = [sys.executable, "-m", "boxmq.cli", *flag, "--fsync", "never"]
+    done = subprocess.run(
+        [*command, "put", "jobs", "x"], capture_output=True, text=True, cwd=here, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert list(here.iterdir()) == []
+    assert len(list((home / "q" / "jobs" / "target").iterdir())) == 1
+    if given == "flag":
+        command[command.index("~/q")] = "~no-such-user-xyz/q"
+    else:
+        env["BOXMQ_DATA"] = "~no-such-user-xyz/q"
+    done = subprocess.run(
+        [*command, "put", "jobs", "x"], capture_output=True, text=True, cwd=here, env=env
+    )
+    assert done.returncode == 2, done.stderr
+    assert "no user no-such-user-xyz" in done.stderr, done.stderr
+    assert list(here.iterdir()) == []
+
+
 def test_put_creates_a_missing_root(tmp_path: Path) -> None:
     ok(tmp_path / "new", "put", "q", "x")
     assert (tmp_path / "new" / "q" / "target").is_dir()
