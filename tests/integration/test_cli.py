@@ -1804,6 +1804,25 @@ def test_a_data_folder_under_a_quoted_tilde_is_in_the_home_folder(
     assert list(here.iterdir()) == []
 
 
+def test_a_config_file_under_a_quoted_tilde_is_in_the_home_folder(tmp_path: Path) -> None:
+    """`serve --config '~/boxmq.toml'` said "config file ~/boxmq.toml does not exist", though
+    the file's own paths take a leading ~ as the home folder (found beside --data's)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "boxmq.toml").write_text('fsnc = "always"\n')
+    env = {**os.environ, "HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "serve", "--config", "~/boxmq.toml", "--no-mqtt"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "did you mean fsync?" in done.stderr, done.stderr
+
+
 def test_put_creates_a_missing_root(tmp_path: Path) -> None:
     ok(tmp_path / "new", "put", "q", "x")
     assert (tmp_path / "new" / "q" / "target").is_dir()
