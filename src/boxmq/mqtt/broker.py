@@ -193,14 +193,6 @@ class Broker:
         )
         self._batches = Batches(box, self._pool, self._batch_done, ready=self._batch_ready)
         self._token = process_token()  # names this broker in the session records it writes
-        self._wills = Wills(
-            box.root,
-            clock,
-            self._token,
-            self._sessions,
-            self._publishing.publish_will,
-            self._out.flush,
-        )
         # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
         self._records = Recorder(
             box.root,
@@ -208,6 +200,15 @@ class Broker:
             flushed=box.fsync is FsyncPolicy.ALWAYS,
             out=self._out,
             batches=self._batches,
+        )
+        self._wills = Wills(
+            box.root,
+            clock,
+            self._token,
+            self._sessions,
+            self._publishing.publish_will,
+            self._out.flush,
+            self._records.will_sent,
         )
         self._lifetimes = Lifetimes(
             box,
@@ -456,6 +457,7 @@ class Broker:
             self._next_adoption = now + _ADOPT_EVERY
             self._lifetimes.adopt_the_dead()
             self._lifetimes.finish_ends()
+            self._records.retry()
         self._delivery.report_drops(now=now)
         if self._sys.due(now):
             self._publish_sys(now)

@@ -20,6 +20,13 @@ Invariants:
 - A session's record is removed after the record writes still queued for its client id
   (`remove`): one of them would write it back, and a restart would find the session (and
   send its Will).
+- A record of a connection's close the disk refuses (full, out of inodes, read-only) is
+  written again by the broker's sweep, once a second, until the disk takes it (`retry`):
+  left, the record said the client was still connected, holding its Will, so `boxmq session
+  ls` listed it connected until its end, and a restart sent its Will again and counted the
+  end from the restart. The latest record of a client id wins: a newer one written (its
+  client's return), the session's end, or another broker's record of it since (its client
+  came back there) forgets the refused one; a Will sent meanwhile leaves it (`will_sent`).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from functools import partial
 
 from boxmq.client.lifecycle import shown
@@ -66,6 +74,8 @@ class Recorder:
         self._written: dict[str, tuple[int, int]] = {}
         self._queued: dict[str, int] = {}  # client id -> its record writes queued as jobs
         self._paths: dict[str, str] = {}  # client id -> its record's path, for `replaced`
+        # Client id -> the record of its connection's close the disk refused, for `retry`.
+        self._refused: dict[str, SessionRecord] = {}
 
     def record(
         self,
@@ -111,15 +121,46 @@ class Recorder:
 
     def store(self, record: SessionRecord, *, flush: bool, logged: bool = True) -> OSError | None:
         """A failure costs only what the record is for, so it is logged (unless `logged`
-        False: its caller says it) and returned."""
+        False: its caller says it) and returned; the record of a close is tried again
+        (`retry`). Any record stored, or tried, supersedes an older one refused."""
+        client_id = record.client_id
+        self._refused.pop(client_id, None)
         try:
             written = write_record(self._root, record, flush=flush)
         except OSError as error:
             if logged:
-                self.not_written(record.client_id, error)
+                self.not_written(client_id, error)
+            if record.disconnected_at is not None:
+                self._refused[client_id] = record
             return error
-        self._written[record.client_id] = (written.st_ino, written.st_mtime_ns)
+        self._written[client_id] = (written.st_ino, written.st_mtime_ns)
         return None
+
+    def retry(self) -> None:
+        """On the broker's sweep (once a second): the records of closes the disk refused are
+        written again, quietly, and told once written. One with a write of its client id on
+        its way waits for it (which has the last word); one whose record on disk another
+        broker wrote since (its client came back there) is forgotten."""
+        for client_id, record in list(self._refused.items()):
+            if client_id in self._queued:
+                continue
+            if self.replaced(client_id):
+                del self._refused[client_id]
+                continue
+            try:
+                written = write_record(self._root, record, flush=False)
+            except OSError:
+                continue  # said once already; the disk is still refusing
+            self._refused.pop(client_id, None)
+            self._written[client_id] = (written.st_ino, written.st_mtime_ns)
+            log.info("client %s: its session record is written now, its close with it", client_id)
+
+    def will_sent(self, client_id: str, due: float | None) -> None:
+        """The client's Will due at `due` was sent (wills.py): a refused record of its close
+        that holds it is written without it, or a restart would send it again."""
+        record = self._refused.get(client_id)
+        if record is not None and record.will is not None and record.will_due == due:
+            self._refused[client_id] = replace(record, will=None, will_due=None)
 
     @staticmethod
     def not_written(client_id: str, error: OSError) -> None:
@@ -189,6 +230,7 @@ class Recorder:
         def remove_now() -> None:
             self._written.pop(client_id, None)
             self._paths.pop(client_id, None)
+            self._refused.pop(client_id, None)
             with step(client_id, "deleting its session record"):
                 remove_record(self._root, client_id)
 

@@ -22,6 +22,11 @@ that record (full, failing), the Will stays in it:
   unless the record changed meanwhile (the client came back, the session ended), which
   settles it; until then, a restart would send the Will again, as the log says.
 
+If the disk refused the record of the close itself, the record on disk still says the client
+is connected, and the Will goes out all the same; the refused record, which the Recorder
+writes again (recording.py), is told so (`unrecorded_sent`), or once written it would hold
+the Will for a restart to send again.
+
 Invariants: at most one Will per client id is waiting to be recorded; one is forgotten once
 its record is written or no longer holds it.
 """
@@ -52,6 +57,10 @@ _RETRY_EVERY: Final = 1.0  # seconds between two tries of a refused record
 
 HoldsIt = Callable[[SessionRecord | None], bool]
 """Whether the record on disk now is still the one that holds the Will sent."""
+
+UnrecordedSent = Callable[[str, float | None], None]
+"""A client's Will, due at that time, was sent: the refused record of its close, waiting to
+be written again, no longer holds it (recording.Recorder.will_sent)."""
 
 PublishWill = Callable[[str, str | None, Will, Client | None, WillWritten], None]
 """Publish a client's Will: (client id, its username, the Will, the connection whose end
@@ -150,6 +159,7 @@ class Wills:
         sessions: dict[str, Session],
         publish_will: PublishWill,
         flush: Callable[[], None],
+        unrecorded_sent: UnrecordedSent,
     ) -> None:
         self._root = root
         self._clock = clock
@@ -157,6 +167,7 @@ class Wills:
         self._sessions = sessions
         self._publish_will = publish_will
         self._flush = flush
+        self._unrecorded_sent = unrecorded_sent
         # Delayed Wills: client id -> when it is due, on the broker's clock (`send_due`, at
         # each of its ticks, as the sessions' ends are: the loop's timer ran on real time, so
         # a clock moved on past a session's end ended it and sent no Will). And what sends it
@@ -243,6 +254,7 @@ class Wills:
                 record.client_id,
             )
             return
+        self._unrecorded_sent(record.client_id, record.will_due)
         if holds_it(read_record(self._root, record.client_id)):
             self._sent.sent(record, holds_it, now=self._clock.now())
 
@@ -278,15 +290,22 @@ class Wills:
                 # Its client came back to another broker on this root (or left it again), or
                 # started clean there, which ended the session and sent this Will.
                 return
-            written: WillWritten = _nothing
             if ours:
                 assert record is not None
                 sent = record
                 written = functools.partial(self._sent_from, sent, lambda now: now == sent)
+            else:  # the record of its close was refused, and is tried again (recording.py)
+                written = functools.partial(self._sent_unrecorded, client_id, due)
             self._publish_will(client_id, username, will, behind, written)
             self._flush()
 
         self._delay(client_id, due, send)
+
+    def _sent_unrecorded(self, client_id: str, due: float, failure: BaseException | None) -> None:
+        """A Will sent whose close's record the disk refused: that record, written again
+        later, leaves it, unless the Will's write failed (as `_sent_from` keeps it)."""
+        if failure is None:
+            self._unrecorded_sent(client_id, due)
 
     def _waited_for(self, client_id: str, written: WillWritten) -> WillWritten:
         """`written`, for a Will sent at once from its record: until it has run, the client

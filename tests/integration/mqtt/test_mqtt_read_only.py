@@ -5,6 +5,7 @@ disk's tests are in test_mqtt_disk_full.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from tests.integration.mqtt.clients import (
 )
 
 from boxmq.clock import ManualClock
+from boxmq.mqtt.session_record import SessionRecord, read_record
 from boxmq.store.process import process_token
 
 
@@ -209,3 +211,121 @@ def test_a_session_found_at_start_whose_end_the_disk_refused_is_ended_after(
                 time.sleep(0.05)
         record_deleted(root, "gone")
     assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
+
+
+def _recorded_away_without_will(root: Path, client_id: str) -> SessionRecord:
+    """The record of `client_id` once it says its connection closed and holds no Will."""
+    deadline = time.monotonic() + WAIT
+    while (
+        (record := read_record(str(root), client_id)) is None
+        or record.disconnected_at is None
+        or record.will is not None
+    ):
+        assert time.monotonic() < deadline, f"{client_id}: no close recorded, without its Will"
+        time.sleep(0.05)
+    return record
+
+
+@pytest.mark.parametrize("delay", [0, 1])
+def test_a_close_record_the_disk_refused_is_written_once_it_is_writable_again(
+    running: RunningServer, disk: SmallDisk, caplog: pytest.LogCaptureFixture, delay: int
+) -> None:
+    """The record written when a persistent session's connection closed, refused by the
+    disk, was never tried again: the record still said the client was connected, with its
+    Will, so `boxmq session ls` listed it connected until its end. It is written by the
+    broker's sweep once the disk takes it, without the Will sent meanwhile."""
+    root = running.root
+    listener = paho(running, "listener")
+    listener.subscribe("w/#", qos=1)
+    dying = paho(
+        running, "dying", clean=False, expiry=600, will=("w/dying", b"gone", 1), will_delay=delay
+    )
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        with disk.read_only():
+            dropped_at = time.time()
+            drop(dying)
+            assert listener.next().payload == b"gone"
+            will_came_at = time.time()
+        record = _recorded_away_without_will(root, "dying")
+    assert record.holder is None
+    assert record.disconnected_at is not None
+    assert dropped_at <= record.disconnected_at <= will_came_at  # its close, not a retry's time
+    assert "client dying: its session record is written now, its close with it" in caplog.messages
+    [listed] = json.loads(boxmq_cli_ok(root, "session", "ls", "--json"))
+    assert (listed["client_id"], listed["connected_to"], listed["will"]) == ("dying", None, None)
+    assert listener.nothing(within=0.5)
+    listener.stop()
+
+
+def test_a_will_sent_while_the_close_record_was_refused_is_not_sent_again_by_a_restart(
+    disk: SmallDisk,
+) -> None:
+    """A real `boxmq serve` whose record of a delayed Will's close a full disk refused sent the
+    Will, and the record still said the client was connected with it: a restart took the
+    client for one that died connected, sent the Will a second time and counted the
+    session's end from the restart. Written once the disk takes it, without the Will."""
+    root, port = disk.path / "root", free_port()
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+    before = serve_process(root, port)
+    try:
+        listener = paho(address, "listener")
+        listener.subscribe("w/#", qos=1)
+        dying = paho(
+            address, "dying", clean=False, expiry=600, will=("w/dying", b"gone", 1), will_delay=1
+        )
+        disk.fill()  # not remounted read-only: the process holds files open for writing
+        try:
+            dropped_at = time.time()
+            drop(dying)
+            assert listener.next().payload == b"gone"
+            will_came_at = time.time()
+        finally:
+            disk.free()
+        record = _recorded_away_without_will(root, "dying")
+        listener.stop()
+    finally:
+        stop_process(before)
+    assert record.disconnected_at is not None
+    assert dropped_at <= record.disconnected_at <= will_came_at  # its close, not a retry's time
+    after = serve_process(root, port)
+    try:
+        listener = paho(address, "listener")
+        listener.subscribe("w/#", qos=1)
+        assert listener.nothing(within=2.5)  # past its delay, counted from the restart
+        listener.stop()
+        [listed] = json.loads(boxmq_cli_ok(root, "session", "ls", "--json"))
+        assert listed["away_since"] is not None
+        assert listed["will"] is None
+        now = read_record(str(root), "dying")
+        assert now is not None
+        assert now.disconnected_at == record.disconnected_at  # its end counted from the drop
+    finally:
+        stop_process(after)
+
+
+def test_a_client_back_before_its_refused_close_record_is_written_again_stays_connected(
+    disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The record of its close that the disk refused is written again by the sweep; its
+    client's return in between wrote a newer one, which the older must not replace (it
+    would list the client away while connected, and a restart would count its end). The
+    broker's clock moves when the test says: no sweep ran before the return."""
+    clock = ManualClock()
+    root = disk.path / "root"
+    with start_server(root, spares=0, clock=clock) as running:
+        client = paho(running, "back", clean=False, expiry=600)
+        with caplog.at_level(logging.WARNING, logger="boxmq.mqtt"), disk.read_only():
+            drop(client)
+            deadline = time.monotonic() + WAIT
+            while not any("back: session record not written" in m for m in caplog.messages):
+                assert time.monotonic() < deadline, "no close refused"
+                time.sleep(0.05)
+        client = paho(running, "back", clean=False, expiry=600)
+        assert client.session_present
+        clock.advance(3)
+        time.sleep(0.5)  # the sweep's ticks
+        record = read_record(str(root), "back")
+        assert record is not None
+        assert record.disconnected_at is None
+        assert record.holder
+        client.stop()
