@@ -106,6 +106,27 @@ def test_metadata_too_long_for_step_2_is_refused_at_step_1(box: boxmq.Box, to: s
     assert box.pending("door") == []
 
 
+def test_an_id_too_long_for_a_name_is_refused_in_the_words_of_the_api(box: boxmq.Box) -> None:
+    """The text names assured()'s own parameters, not the XMPP door's msgId, JID and node."""
+    with pytest.raises(MetadataTooLong) as refused:
+        box.assured("carol@localhost/c", "m" * 80, b"+", queue="q")
+    text = str(refused.value)
+    assert "msgId" not in text
+    assert "JID" not in text
+    assert "node" not in text
+    assert "msg_id takes 80 bytes" in text
+    assert "source 'carol@localhost/c' takes 21" in text
+    assert text.endswith("at most 61 fit; use a shorter msg_id")
+    with pytest.raises(MetadataTooLong) as refused:
+        box.assured("carol@localhost/c", "m" * 80, b"+", topic="t" * 60)
+    text = str(refused.value)
+    assert "msgId" not in text
+    assert "node" not in text
+    assert "and topic takes 60" in text
+    assert text.endswith("use a shorter msg_id or topic")
+    assert box.pending("carol@localhost/c") == []
+
+
 def test_a_source_past_its_limit_is_refused_and_nothing_accepted_is_lost(root: Path) -> None:
     limits = ExactlyOnceLimits(max_pending_per_source=3, max_bytes_total=100)
     with boxmq.open(root, fsync="never", exactly_once=limits) as box:

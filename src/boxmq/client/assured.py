@@ -900,43 +900,75 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
 _SENDERS_OWN = frozenset({SOURCE, SOURCE_MESSAGE_ID, TOPIC})
 
 
+class Words(NamedTuple):
+    """What a door calls the texts of an exactly-once sender that a stored name holds."""
+
+    msg_id: str  # as "use a shorter ..." names it
+    the_msg_id: str  # as a sentence starts with it
+    source: str  # a format of its value, as "{} takes 21" names it
+    topic: str
+    the_topic: str
+
+
+API_WORDS = Words("msg_id", "msg_id", "source {!r}", "topic", "topic")
+"""assured()'s parameters: what a refusal says unless its door chooses other words."""
+
+
+class SendersNameTooLong(MetadataTooLong):
+    """A name over its limit that holds only texts its sender chose (no properties of its
+    own): `str()` says so in the API's words, `said(words)` in a door's."""
+
+    def __init__(self, say: Callable[[Words], str]) -> None:
+        super().__init__(say(API_WORDS))
+        self.said = say
+
+
 def _named(envelope: Envelope, limit: int) -> str:
     """encode(envelope, limit=limit); a MetadataTooLong in its sender's words if only what
     it chose is in the name: the store's "shorten the properties" would name boxmq's own
-    (its msgId and JID, kept until `deliver`), of which an XMPP sender sent none."""
+    (its msg_id and source, kept until `deliver`), of which an XMPP sender sent none."""
     try:
         return encode(envelope, limit=limit)
     except MetadataTooLong as error:
-        if any(p.name not in _SENDERS_OWN for p in envelope.properties):
+        if not _senders_own_only(envelope):
             raise
-        raise _senders_refusal(envelope, limit) from error
+        raise SendersNameTooLong(partial(_senders_refusal, envelope, limit)) from error
 
 
-def _senders_refusal(envelope: Envelope, limit: int) -> MetadataTooLong:
+def _senders_own_only(envelope: Envelope) -> bool:
+    """Whether its sender gave no properties: its name holds only what `assured` adds."""
+    return all(p.name in _SENDERS_OWN for p in envelope.properties)
+
+
+def _taken(envelope: Envelope, name: str) -> int:
+    """The bytes property `name`'s escaped text takes of `envelope`'s name: less it, emptied."""
+    emptied = tuple(
+        Property(p.name, p.type, "") if p.name == name else p for p in envelope.properties
+    )
+    whole = len(encode(envelope, limit=_UNLIMITED))
+    return whole - len(encode(replace(envelope, properties=emptied), limit=_UNLIMITED))
+
+
+def _senders_refusal(envelope: Envelope, limit: int, words: Words) -> str:
     """What of `envelope`'s name, over `limit`, each of the sender's texts takes once escaped
     and how long its id could be: the one text it can always choose again."""
     whole = len(encode(envelope, limit=_UNLIMITED))
-
-    def taken(name: str) -> int:  # its escaped text's bytes: the name less it, emptied
-        emptied = tuple(
-            Property(p.name, p.type, "") if p.name == name else p for p in envelope.properties
-        )
-        return whole - len(encode(replace(envelope, properties=emptied), limit=_UNLIMITED))
-
-    msg_id, source = taken(SOURCE_MESSAGE_ID), taken(SOURCE)
+    msg_id, source = _taken(envelope, SOURCE_MESSAGE_ID), _taken(envelope, SOURCE)
     room = limit - (whole - msg_id)
-    others = f"the sender's JID {envelope.property_value(SOURCE)} takes {source}"
+    others = f"{words.source.format(envelope.property_value(SOURCE))} takes {source}"
     if (topic := envelope.property_value(TOPIC)) is not None:
-        others += f" and the node (topic) takes {taken(TOPIC)}"
+        others += f" and {words.the_topic} takes {_taken(envelope, TOPIC)}"
     said = (
-        f"the msgId takes {msg_id} bytes of the stored message's file name once escaped "
-        f"(a character other than A-Z, a-z, 0-9, - and _ takes 3 to 12), over its {limit}-byte "
-        f"limit beside the rest ({others})"
+        f"{words.the_msg_id} takes {msg_id} bytes of the stored message's file name once "
+        "escaped (a character other than A-Z, a-z, 0-9, - and _ takes 3 to 12), over its "
+        f"{limit}-byte limit beside the rest ({others})"
     )
-    if room <= 0:  # a JID may be 3071 bytes (RFC 7622): only the node can be shorter
-        return MetadataTooLong(f"{said}: no msgId fits" + ("; use a shorter node" if topic else ""))
-    shorter = "msgId" if topic is None else "msgId or node"
-    return MetadataTooLong(f"{said}: at most {room} fit; use a shorter {shorter}")
+    if room <= 0:  # a JID may be 3071 bytes (RFC 7622): only the topic can be shorter
+        return f"{said}: no {words.msg_id} fits" + (
+            f"; use a shorter {words.topic}" if topic else ""
+        )
+    shorter = words.msg_id if topic is None else f"{words.msg_id} or {words.topic}"
+    return f"{said}: at most {room} fit; use a shorter {shorter}"
 
 
 _UNLIMITED = 1 << 30  # a limit no name reaches: to measure one

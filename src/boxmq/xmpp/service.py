@@ -22,6 +22,7 @@ from functools import partial
 from typing import Final
 from xml.etree.ElementTree import Element
 
+from boxmq.client.assured import SendersNameTooLong, Words
 from boxmq.client.box import Box
 from boxmq.client.consumer import Consumer
 from boxmq.client.message import Message
@@ -124,6 +125,10 @@ NODE_CONFIG: Final = ns.NODE_CONFIG
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
+# An <assured/>'s texts in a stored name, as its sender knows them (urn:xmpp:qos, XEP-0060)
+_ASSURED_WORDS: Final = Words(
+    "msgId", "the msgId", "the sender's JID {}", "node", "the node (topic)"
+)
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
 _NODE_EXISTS: Final = Condition("cancel", "conflict")
 _FORBIDDEN: Final = Condition("auth", "forbidden")
@@ -731,6 +736,8 @@ class QueueService:
                 reclaim=True,
                 identities=self._identities(iq.sender),
             )
+        except SendersNameTooLong as error:  # said in assured()'s words: source, msg_id
+            raise MetadataTooLong(error.said(_ASSURED_WORDS)) from error
         except MessageTooLarge as error:
             # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
             self._refusals.refused(iq.sender, "resource-constraint", str(error), now=self._now())
