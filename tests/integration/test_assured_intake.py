@@ -124,7 +124,13 @@ def test_an_id_too_long_for_a_name_is_refused_in_the_words_of_the_api(box: boxmq
     assert "node" not in text
     assert "and topic takes 60" in text
     assert text.endswith("use a shorter msg_id or topic")
+    # its copies keep the topic, the only text there to shorten with no properties given
+    with pytest.raises(MetadataTooLong) as refused:
+        box.assured("carol@localhost/c", "1", b"+", topic="t" * 200)
+    assert "properties" not in str(refused.value)
+    assert str(refused.value).endswith("at most 79 fit; use a shorter topic")
     assert box.pending("carol@localhost/c") == []
+    assert box.assured("carol@localhost/c", "1", b"+", topic="t" * 79)
 
 
 def test_a_source_past_its_limit_is_refused_and_nothing_accepted_is_lost(root: Path) -> None:

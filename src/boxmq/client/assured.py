@@ -889,10 +889,23 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
     try:
         encode(copy, limit=PUT_NAME_LIMIT)
     except MetadataTooLong as error:
+        if _senders_own_only(envelope):  # no properties to drop: an XMPP sender sends none
+            raise SendersNameTooLong(partial(_topic_refusal, copy, PUT_NAME_LIMIT)) from None
         raise MetadataTooLong(
             f"once delivered, use a shorter topic or fewer properties: {error}"
         ) from None
     return _named(envelope, MAX_NAME)
+
+
+def _topic_refusal(copy: Envelope, limit: int, words: Words) -> str:
+    """What the topic takes of its copies' names, over `limit`, and how long it could be."""
+    topic = _taken(copy, TOPIC)
+    room = limit - (len(encode(copy, limit=_UNLIMITED)) - topic)
+    return (
+        f"once delivered, {words.the_topic} takes {topic} bytes of a copy's file name once "
+        "escaped (a character other than A-Z, a-z, 0-9, - and _ takes 3 to 12), over its "
+        f"{limit}-byte limit beside the rest: at most {room} fit; use a shorter {words.topic}"
+    )
 
 
 # What an exactly-once sender chose of a name when it sent no properties of its own (an

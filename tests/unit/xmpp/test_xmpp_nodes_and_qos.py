@@ -925,6 +925,22 @@ def test_a_msgid_too_long_for_a_file_name_is_refused_naming_the_msgid_and_its_ro
     assert box.queue("jobs").counts().ready == 0
 
 
+def test_a_topic_node_too_long_for_its_copies_is_refused_naming_the_node_alone(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    # a delivered copy keeps the node (its topic) in its name: an XMPP sender sent no
+    # properties to drop, so the text names the node alone
+    topic_node = f"{'t' * 200}@{SERVICE}"
+    refused = wire.iq(CAROL, _wrapped("assured", "m1", "x"), to=topic_node)
+    assert condition(refused) == ("modify", "bad-request")
+    text = refused.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") or ""
+    assert "properties" not in text
+    assert "topic" not in text.replace("node (topic)", "")
+    assert "the node (topic) takes 200 bytes" in text
+    assert text.endswith("use a shorter node")
+    assert box.pending(CAROL) == []
+
+
 def test_the_same_msgid_from_two_resources_of_one_user_is_two_messages(
     wire: Wire, box: boxmq.Box
 ) -> None:
