@@ -548,8 +548,11 @@ def test_a_bad_publication_fails_its_batch_before_anything_is_written(
 def test_a_topic_too_long_is_refused_with_no_subscriber_too(box: boxmq.Box, length: int) -> None:
     with pytest.raises(boxmq.MetadataTooLong, match="use a shorter topic"):
         box.publish("t" * length, "x")
-    with pytest.raises(boxmq.MetadataTooLong, match="use a shorter topic"):
+    with pytest.raises(boxmq.MetadataTooLong, match="use a shorter topic") as refused:
         box.topics.publish_many([Publication("t" * length, b"x")])
+    assert "fewer properties" not in str(refused.value)  # none were given
+    with pytest.raises(boxmq.MetadataTooLong, match="use a shorter topic or fewer properties"):
+        box.publish("t" * length, "x", properties={"k": "v"})
 
 
 def test_the_sweep_deletes_staging_files_a_dead_publisher_left(box: boxmq.Box, root: Path) -> None:

@@ -70,14 +70,25 @@ def copy_names(envelope: Envelope, levels: Iterable[QoS]) -> dict[QoS, str]:
         try:
             name = encode(at_qos(envelope, level), limit=PUT_NAME_LIMIT)
         except MetadataTooLong as error:
-            raise MetadataTooLong(f"{_TOO_LONG}: {error}") from None
+            raise MetadataTooLong(f"{_too_long(envelope)}: {error}") from None
         names[level] = name
         stem = name[:-1]  # never empty: a name has three fields at least
     return names
 
 
 _DIGITS = tuple(str(int(level)) for level in LEVELS)  # how a QoS property's value is written
-_TOO_LONG = "use a shorter topic or fewer properties"
+
+
+def _too_long(envelope: Envelope) -> str:
+    """What to shorten of a copy's name: its properties only if its publisher gave some (an
+    XMPP publisher never does, nor a publish with none: told of properties, it had none)."""
+    if all(p.name in _EVERY_COPYS for p in envelope.properties):
+        return "use a shorter topic"
+    return "use a shorter topic or fewer properties"
+
+
+# The properties boxmq names every copy with, whatever its publisher gave.
+_EVERY_COPYS = frozenset({TOPIC, QOS, PUBLISHED_RETAINED})
 
 
 def published_retained(envelope: Envelope) -> bool:
