@@ -174,8 +174,10 @@ def test_pending_messages_expire_and_are_never_delivered(root: Path) -> None:
 
 
 def test_must_exist_tells_an_unknown_id_from_a_repeat(box: boxmq.Box) -> None:
-    with pytest.raises(boxmq.ItemNotFound):
+    with pytest.raises(boxmq.ItemNotFound) as refused:
         box.deliver("s", "never", must_exist=True)
+    # in words every door shares: the API's is msg_id, the XMPP door's msgId
+    assert str(refused.value) == "never: no message is stored under this id (or it expired)"
     assert box.deliver("s", "never") is False  # the default stays quiet (MQTT's PUBREL)
     box.assured("s", "1", b"x", queue="counts")
     assert box.deliver("s", "1", must_exist=True) is True

@@ -845,7 +845,7 @@ def _publisher(source: str) -> str:
 def _unknown(msg_id: str, must_exist: bool) -> Outcome:
     """What `deliver` tells of an id that names no stored message."""
     if must_exist:
-        return ItemNotFound(msg_id, "no message is stored under this msgId (or it expired)")
+        return ItemNotFound(msg_id, "no message is stored under this id (or it expired)")
     return False
 
 
