@@ -425,7 +425,10 @@ def check_given(
                 hint = " (bytes go in properties={'mqtt.correlation-data': base64 text})"
             raise InvalidArgument(f"{what} is a str or None, not {type(value).__name__}{hint}")
     if isinstance(reply_to, str):
-        check_reply_to(reply_to)
+        try:
+            check_reply_to(reply_to)
+        except InvalidArgument as error:  # which argument: the CLI's parser says --reply-to
+            raise InvalidArgument(f"reply_to {error}") from None
 
 
 def _wildcard(text: str) -> bool:
@@ -440,5 +443,6 @@ def check_reply_to(reply_to: str) -> None:
     if _wildcard(reply_to):
         raise InvalidArgument(
             f"{reply_to!r} holds a wildcard ('+' or '#'), which makes a topic filter: a reply "
-            "goes to one queue or topic, named without them (as for -p mqtt.response-topic)"
+            "goes to one queue or topic, named without them (as the property "
+            "mqtt.response-topic is)"
         )

@@ -2541,7 +2541,7 @@ def test_a_reply_to_with_a_wildcard_is_refused_as_a_response_topic_property_is(
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"boxmq {command[0]}: error: argument --reply-to: {reply_to!r} holds a wildcard ('+' or "
         "'#'), which makes a topic filter: a reply goes to one queue or topic, named without "
-        "them (as for -p mqtt.response-topic)"
+        "them (as the property mqtt.response-topic is)"
     )
     assert not root.exists()
     assert cli.main([*data, *command, "x", "--reply-to", ""]) == 0  # no value, as before
