@@ -933,7 +933,10 @@ class QueueService:
     def _queue(self, node: str) -> Queue:
         queue = self._queues.get(node)
         if queue is None:
-            queue = self._box.queue(node, create=False)  # QueueNotFound: item-not-found
+            try:
+                queue = self._box.queue(node, create=False)
+            except QueueNotFound:  # item-not-found; its text the API's: `boxmq ls`, the root
+                raise QueueNotFound(f"no node {node!r}") from None
             self._queues[node] = queue
         return queue
 

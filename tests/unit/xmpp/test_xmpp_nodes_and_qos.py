@@ -380,6 +380,8 @@ def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box
     assert "jobs" not in box.queues()
     again = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='jobs'/></pubsub>")
     assert condition(again) == ("cancel", "item-not-found")
+    # in the door's words: not the API's (the server's folder, `boxmq ls`, a queue)
+    assert again.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") == "no node 'jobs'"
     # created again, it starts afresh: a new item reaches a new subscriber at once
     wire.create()
     wire.subscribe(ALICE, 1)
