@@ -280,7 +280,7 @@ class ExactlyOnce:
             return
         if not any(identity in trusted for identity in identities):
             # urn:xmpp:qos, Memory attacks 1: not-allowed for untrusted sources
-            raise NotAllowed(f"{source!r} may not send messages exactly once")
+            raise UntrustedSource(source)
 
     def _check_size(self, size: int) -> None:
         if size < 0:
@@ -302,9 +302,7 @@ class ExactlyOnce:
         )
         for name, wanted, limit in checks:
             if wanted > limit:
-                raise ResourceConstraint(
-                    f"{source!r}: this message would pass {name} ({limit}); try again later"
-                )
+                raise SourceOverLimit(source, f"{name} ({limit})")
 
     def _add(self, key: _Key, pending: _Pending) -> None:
         source = key[0]
@@ -338,3 +336,28 @@ class ExactlyOnce:
         """Whether a heap item still stands for a pending message (not one since removed)."""
         pending = self._pending.get(key)
         return pending is not None and pending.since + self._limits.pending_ttl == deadline
+
+
+class UntrustedSource(NotAllowed):
+    """NotAllowed for a source trusted_sources does not list. `str()` quotes the source as
+    the intake knows it; `said(name)` says the same of the name its door's client knows
+    (an MQTT client id, not its internal `mqtt:` source)."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(self.said(repr(source)))
+
+    @staticmethod
+    def said(name: str) -> str:
+        return f"{name} may not send messages exactly once"
+
+
+class SourceOverLimit(ResourceConstraint):
+    """ResourceConstraint for a source's message over `over` (a limit and its value), with
+    `said(name)` in its door's words as UntrustedSource's."""
+
+    def __init__(self, source: str, over: str) -> None:
+        self.over = over
+        super().__init__(self.said(repr(source)))
+
+    def said(self, name: str) -> str:
+        return f"{name}: this message would pass {self.over}; try again later"

@@ -35,6 +35,7 @@ from functools import partial
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
 from boxmq.clock import Clock
+from boxmq.core.exactly_once import SourceOverLimit, UntrustedSource
 from boxmq.core.refusal_lines import RefusalLines, passed_over_said
 from boxmq.errors import (
     BoxMQError,
@@ -430,6 +431,7 @@ class Publishing:
         take a PUBLISH may acknowledge it instead of closing (3.1.1 MQTT-3.3.5-2), and a close made
         its client send it again on every reconnect, forever. It is acknowledged and
         dropped, as a PUBLISH the ACL refuses is (`_refuse_publish`)."""
+        error = _in_clients_words(error, session.client_id)
         v5 = client.link.connection.version is ProtocolVersion.V5
         dropped = not v5 and isinstance(error, MetadataTooLong)
         stored_failed = isinstance(error, StoreFailed)  # those are logged once per batch
@@ -897,6 +899,16 @@ class Publishing:
         expiry = stored_expiry(packet)
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
         return store_with_properties(packet, self._box.side_files, assured, room)
+
+
+def _in_clients_words(error: BoxMQError, client_id: str) -> BoxMQError:
+    """An exactly-once refusal naming its client as it knows itself, by its client id: the
+    intake's own quoted its source, boxmq's internal `mqtt:` name for it (exactly_once_source)."""
+    if isinstance(error, UntrustedSource):
+        return NotAllowed(error.said(f"client {client_id}"))
+    if isinstance(error, SourceOverLimit):
+        return ResourceConstraint(error.said(f"client {client_id}"))
+    return error
 
 
 def _nothing(_: BaseException | None) -> None:

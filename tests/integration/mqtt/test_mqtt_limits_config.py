@@ -102,6 +102,25 @@ def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
             assert read(old) == (0, b"")  # closed: nothing to say no with
 
 
+def test_exactly_once_refusals_of_a_persistent_session_name_its_client_id(
+    tmp_path: Path,
+) -> None:
+    """A persistent session's QoS 2 PUBLISH goes to the exactly-once intake, whose refusals
+    quoted its source: the Reason String showed the client boxmq's internal name for it
+    (`'mqtt:persist'`), not its client id as the held messages' refusals say it."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text("[exactly_once]\nmax_pending_per_source = 1\n")
+    with serving_fresh(tmp_path, "--config", str(config)) as address:
+        sock, _ = open_raw(address, "persist")
+        with sock:
+            sock.sendall(publish_qos2("eo/a", 1, b"one") + publish_qos2("eo/a", 2, b"two"))
+            assert read(sock) == (0x50, b"\x00\x01")
+            kind, body = read(sock)
+            assert (kind, body[:3]) == (0x50, b"\x00\x02\x97")  # quota
+            assert b"client persist: this message would pass max_pending_per_source (1)" in body
+            assert b"mqtt:" not in body, body
+
+
 def test_exactly_once_totals_bound_the_qos2_messages_all_clients_hold_in_memory(
     tmp_path: Path,
 ) -> None:
