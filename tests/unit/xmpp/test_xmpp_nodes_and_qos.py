@@ -147,6 +147,27 @@ def test_create_twice_is_conflict_and_a_bad_name_is_bad_request(wire: Wire) -> N
     assert condition(wire.create("topic-root")) == ("modify", "bad-request")
 
 
+@pytest.mark.parametrize("node", ["..", ".", ".x", "a/../b"])
+def test_a_node_named_as_a_path_step_is_a_queue_like_any_other(
+    wire: Wire, box: boxmq.Box, root: Path, node: str
+) -> None:
+    # Answered result, its folder could have been the root's parent (`..`), the root
+    # itself (`.`), a hidden folder `boxmq ls` passes over (`.x`) or another queue's:
+    # escaped as the API and the CLI escape it, it is a queue of its own inside the root.
+    assert wire.create(node).get("type") == "result"
+    assert node in box.queues()
+    assert [p.name for p in root.parent.iterdir()] == [root.name]  # nothing made beside it
+    [folder] = [p for p in root.iterdir() if (p / "target").is_dir()]
+    assert not folder.name.startswith(".")  # not hidden, and no path step
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}'/>", type="get")
+    assert [i.get("node") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))] == [node]
+    assert wire.subscribe(BOB, 1, node=node).get("type") == "result"
+    item = wire.publish(node=node)
+    wire.service.poll()
+    assert wire.items_to(BOB) == [item]
+    assert box.counts()[node].locked == 1
+
+
 def test_a_create_without_a_node_is_not_acceptable_nodeid_required(wire: Wire) -> None:
     # slixmpp's create_node(jid, None) asks for an instant node, which boxmq does not make:
     # XEP-0060 §8.1.2 answers that with not-acceptable (before 2026-11-30: bad-request)
