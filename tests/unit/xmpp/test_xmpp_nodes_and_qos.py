@@ -1115,6 +1115,13 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         assert condition(full) == ("wait", "resource-constraint")
         untrusted = wire.iq(ALICE, _wrapped("assured", "c", "3"), to=NODE_AT)
         assert condition(untrusted) == ("cancel", "not-allowed")
+        # Named by the JID each sent from, as it knows itself: the intake's source is that JID
+        # (MQTT's is an internal `mqtt:` name, which its door says as the client id).
+        said = ".//{urn:ietf:params:xml:ns:xmpp-stanzas}text"
+        assert full.findtext(said) == (
+            f"{CAROL!r}: this message would pass max_pending_per_source (1); try again later"
+        )
+        assert untrusted.findtext(said) == f"{ALICE!r} may not send messages exactly once"
         wire.service.close()
 
 
