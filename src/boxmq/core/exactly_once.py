@@ -39,7 +39,14 @@ from boxmq.errors import (
     check_count,
 )
 
-__all__ = ["ExactlyOnce", "ExactlyOnceLimits", "ExactlyOnceStats", "SourceUsage"]
+__all__ = [
+    "ExactlyOnce",
+    "ExactlyOnceLimits",
+    "ExactlyOnceStats",
+    "SourceOverLimit",
+    "SourceUsage",
+    "UntrustedSource",
+]
 
 _Key = tuple[str, str]  # (source, msg_id)
 _COUNT_FIELDS = (
