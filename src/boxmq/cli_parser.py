@@ -149,7 +149,8 @@ def near_option(parser: argparse.ArgumentParser, name: str, unknown: Sequence[st
     that is an option (`--priorty`, `--proprety=a=b`) looks like a typo of one of its long
     options, else "": a new user's typo was told "unrecognized arguments" alone, as a
     misspelt key of the config file is not. The cutoff (0.75, as the config file's) names no
-    option for one of another command (purge's `--from`, requeue's: `--fsync` is 0.62)."""
+    option for one of another command (purge's `--from`, requeue's: `--fsync` is 0.62), so
+    that one is told the command's own word for it: `" (purge takes --state, not --from)"`."""
     words = [word for word in unknown if word.startswith("--")]
     if not words:
         return ""
@@ -162,8 +163,32 @@ def near_option(parser: argparse.ArgumentParser, name: str, unknown: Sequence[st
         for option in action.option_strings
         if option.startswith("--")
     ]
-    close = difflib.get_close_matches(words[0].partition("=")[0], options, n=1, cutoff=0.75)
-    return f" (did you mean {close[0]}?)" if close else ""
+    word = words[0].partition("=")[0]
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.75)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    if (ours := _same_idea(commands, name, word)) is not None:
+        return f" ({name} takes {ours}, not {word})"
+    return ""
+
+
+def _same_idea(commands: Commands, name: str, word: str) -> str | None:
+    """Command `name`'s option for what another command calls `word`, else None: requeue
+    names the folder it takes from --from, purge and peek the one they read --state, far
+    apart by spelling. The same idea is an option whose choices share a value (a folder)."""
+    theirs = {
+        value
+        for other, p in commands.parsers().items()
+        if other != name
+        for action in p._actions
+        if word in action.option_strings and action.choices is not None
+        for value in action.choices
+    }
+    for action in commands.parser(name)._actions:
+        longs = [option for option in action.option_strings if option.startswith("--")]
+        if longs and action.choices is not None and theirs & set(action.choices):
+            return longs[0]
+    return None
 
 
 # DESIGN.md §8: a dropbox is a public interface, and the command line says how to use it.

@@ -1715,15 +1715,40 @@ def test_a_misspelt_option_is_refused_with_the_option_it_looks_like(
     assert not (root / "q").exists()
 
 
-@pytest.mark.parametrize("args", [("purge", "q", "--from", "error"), ("ls", "--x")])
+@pytest.mark.parametrize("args", [("purge", "q", "--colour"), ("ls", "--x")])
 def test_an_unknown_option_like_none_is_named_without_a_guess(
     root: Path, args: tuple[str, ...]
 ) -> None:
-    """`--from` is requeue's, not close to any of purge's options (`--fsync` is not what was
-    meant): no guess is better than a wrong one."""
+    """An option close to none of the command's, and no other command's word for one of its
+    options: no guess is better than a wrong one."""
     done = boxmq_cli(root, *args)
     assert done.returncode == 2
     assert "did you mean" not in done.stderr, done.stderr
+    assert " takes " not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("purge", "q", "--from", "error"), "purge takes --state, not --from"),
+        (("purge", "q", "--from=error"), "purge takes --state, not --from"),
+        (("requeue", "q", "--state", "error"), "requeue takes --from, not --state"),
+        (("peek", "q", "--from", "error"), "peek takes --state, not --from"),
+    ],
+)
+def test_another_command_s_option_for_the_same_folder_is_refused_with_this_one_s(
+    root: Path, args: tuple[str, ...], says: str
+) -> None:
+    """requeue names the folder it takes from --from, purge and peek the folder they read
+    --state: `purge q --from error`, requeue's word, was told only "unrecognized arguments"
+    (far from any of purge's options by spelling), now the option purge has for it (found
+    typing the README's tour after a requeue)."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"boxmq {args[0]}: error: unrecognized arguments: "), last
+    assert last.endswith(f" ({says})"), last
+    assert not (root / "q").exists()
 
 
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
