@@ -195,19 +195,21 @@ def _empty_path(args: argparse.Namespace) -> str:
 
 
 def _home_folder(args: argparse.Namespace) -> str:
-    """Reads a leading `~` of --data, $BOXMQ_DATA or --config as a home folder, as the config
-    file's paths are read, and says what is wrong with one that names no user ("" if nothing
-    is). Quoted (`--data '~/q'`, `BOXMQ_DATA="~/q"`), no shell expands it: the folder `~`
-    made in the current one was one `rm -rf ~` away from the home folder."""
-    for key in ("data", "config"):
+    """Reads a leading `~` of --data, $BOXMQ_DATA, --config or passwd's FILE as a home folder,
+    as the config file's paths are read, and says what is wrong with one that names no user
+    ("" if nothing is). Quoted (`--data '~/q'`, `BOXMQ_DATA="~/q"`), no shell expands it: the
+    folder `~` made in the current one was one `rm -rf ~` away from the home folder. passwd
+    opens no root, so its --data is not read."""
+    for key in ("file",) if args.name == "passwd" else ("data", "config"):
         path = getattr(args, key, None)
-        if path is None or not str(path).startswith("~") or args.name == "passwd":
+        if path is None or not str(path).startswith("~"):
             continue
         home = os.path.expanduser(path)
         if home.startswith("~"):  # left as it was: no such user, or no $HOME for a bare ~
             user = path[1:].partition("/")[0]
             missing = f"this machine has no user {user}" if user else "$HOME is not set"
             given = "$BOXMQ_DATA" if isinstance(path, Default) else f"--{key}"
+            given = "FILE" if key == "file" else given  # passwd's, a positional
             return f"{given} {path!r}: {missing}, so ~ names no home folder: write its full path"
         setattr(args, key, Default(home) if isinstance(path, Default) else home)
     return ""

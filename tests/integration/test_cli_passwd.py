@@ -245,3 +245,29 @@ def test_a_plain_text_or_mosquitto_entry_is_named_and_mended_by_setting_it_again
     path.write_text(path.read_text() + "bob:$7$101$YWJj$ZGVm\n")
     assert passwd(str(path), "bob", "--delete").returncode == 0
     assert PasswordFile.load(path).users() == ("alice",)
+
+
+def test_a_quoted_leading_tilde_is_the_home_folder(tmp_path: Path) -> None:
+    """`boxmq passwd '~/pw' alice` (quoted, so no shell expands it) wrote into a folder named
+    `~` in the current one when there was one, where --data's and --config's `~` are the home
+    folder (found on a new user's tour). One naming no user is a usage error, nothing written."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    (here / "~").mkdir(parents=True)
+    env = {**os.environ, "HOME": str(home)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "boxmq.cli", "passwd", *args, "--password", "w"]
+        return subprocess.run(command, capture_output=True, text=True, cwd=here, env=env)
+
+    added = run("~/pw", "alice")
+    assert added.returncode == 0, added.stderr
+    assert added.stdout == f"added user alice in {home / 'pw'}\n"
+    assert PasswordFile.load(home / "pw").users() == ("alice",)
+    assert list((here / "~").iterdir()) == []
+    nobody = run("~no-such-user-xyz/pw", "alice")
+    assert nobody.returncode == 2
+    assert "FILE '~no-such-user-xyz/pw': this machine has no user no-such-user-xyz" in (
+        nobody.stderr
+    ), nobody.stderr
+    assert list(here.iterdir()) == [here / "~"]
