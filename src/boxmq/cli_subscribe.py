@@ -56,7 +56,8 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
     # leaves it; only `boxmq unsubscribe` ends it. A plain subscription this run makes records
     # this process, so that a sweep (`boxmq serve`) ends it if the run dies without the
     # `finally` (SIGKILL, a crash): nobody would read what it collects.
-    with box.subscribe(
+    # Box's warning of a $SYS filter aside: `_before_subscribe` said it as a CLI says things.
+    with box.topics.subscribe(
         args.filter,
         args.subscriber,
         qos=qos,

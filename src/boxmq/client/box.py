@@ -34,7 +34,7 @@ from boxmq.client.sweeps import SweepLimits, SweepReport
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
 from boxmq.core.durations import check_seconds
-from boxmq.core.topics import is_share_name
+from boxmq.core.topics import about_sys, is_share_name
 from boxmq.errors import (
     Closed,
     InvalidArgument,
@@ -334,7 +334,7 @@ class Box:
         """Subscribe to a topic filter; "$share/<group>/<filter>" joins a share group."""
         if self._closed:  # before its records are written: a subscription nobody reads
             raise self._refused()
-        return self.topics.subscribe(
+        made = self.topics.subscribe(
             filter,
             subscriber,
             qos=qos,
@@ -346,6 +346,19 @@ class Box:
             process_bound=process_bound,
             ends_with_process=ends_with_process,
         )
+        if about_sys(made.filter.filter):
+            # mqtt.md's figures, asked of the API, waited in silence. Logged as the API's other
+            # warnings are: a warnings.warn raises under `filterwarnings = error`, and the
+            # subscription is a right one when an MQTT client an ACL lets publish there sends.
+            # The doors that tell their users themselves (the CLI, MQTT) call topics.subscribe.
+            log.warning(
+                "%s subscribed to %s, under $SYS, the MQTT server's own topics: each boxmq "
+                "serve publishes its figures there from memory, to its MQTT clients only, so "
+                "it gets none of them (subscribe over MQTT: mosquitto_sub -t '$SYS/#' -v)",
+                subscriber,
+                filter,
+            )
+        return made
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:
         return self.topics.unsubscribe(filter, subscriber)

@@ -673,7 +673,9 @@ class Subscribing:
         send_retained: bool = False,
         outlives: bool = False,
     ) -> Subscriber:
-        return self._box.subscribe(
+        # Not Box.subscribe, whose warning of a $SYS filter is for the API: this door sends
+        # its clients the figures from memory (sys_topics.py).
+        return self._box.topics.subscribe(
             text,
             consumer_name(session.client_id),
             qos=options.qos,
