@@ -79,6 +79,9 @@ class Client:
     holding: int = 0
     # Packets read while its SUBSCRIBE waits for the disk: handled after it, in order.
     held: deque[Incoming] | None = None
+    # Its SUBSCRIBE at the head of `held`, which waited for retained writes under way
+    # (Subscribing.subscribe): handled again, it waits no more.
+    waited: Packet | None = None
     reading: Iterator[Incoming] | None = None  # the packets of the read being handled
     over_subscriptions: bool = False  # a SUBSCRIBE of it passed max_subscriptions (logged)
     too_deep: bool = False  # a SUBSCRIBE of it passed max_topic_levels (logged)

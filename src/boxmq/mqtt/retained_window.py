@@ -18,15 +18,24 @@ flight. Left: a subscription sent a message whose routing is yet to come, when
 an earlier one (slower, or superseded) is routed first, gets the earlier one live after it: an
 older message after the newer, never one message twice.
 
+A SUBSCRIBE read while a retained message it matches is still being written would read the
+message it replaces from the store, then get the new one live (or a cleared one, as an empty
+message): `mosquitto_pub -r` at QoS 0, then at once `mosquitto_sub`, printed the old message in
+4 of 8 runs. So a SUBSCRIBE first waits (`when_done`) for the retained messages `under_way`
+that it could get, those numbered before it came: the ones after it do not hold it back.
+
 Invariants (all on the loop):
 - Every number `taken` for a topic, or for none, is then `routed` or `dropped` once
   (publishing.py); one taken for none is routed under its topic or dropped for none.
 - A record names a session object and a filter, never a client id: a later session of the
   client, which was sent nothing, loses nothing.
+- A wait's `then` runs once every number it waits for is routed or dropped, once; a number
+  taken after the wait began is not waited for.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 __all__ = ["Key", "RetainedWindow", "Written"]
@@ -48,6 +57,7 @@ class RetainedWindow:
         self._sent: dict[str, dict[Key, str]] = {}  # topic -> subscription -> id sent retained
         self._numbers: dict[str, dict[str, int]] = {}  # topic -> id -> number, those routed
         self._unplaced: set[int] = set()  # numbers taken for no topic yet, not yet routed
+        self._waits: list[tuple[set[int], Callable[[], object]]] = []  # SUBSCRIBEs (when_done)
 
     def taken(self, topic: str | None, number: int) -> None:
         """A retained message for `topic` was numbered: it is in flight until routed. None:
@@ -56,6 +66,26 @@ class RetainedWindow:
             self._unplaced.add(number)
         else:
             self._unrouted.setdefault(topic, set()).add(number)
+
+    def under_way(self, matching: Iterable[Callable[[str], bool]]) -> set[int]:
+        """The numbers of the retained messages in flight that a subscription whose filters
+        are `matching` could be sent: of a topic one matches, or of a topic not known yet."""
+        if not self._unrouted and not self._unplaced:
+            return set()  # the common case: nothing to look at
+        numbers = set(self._unplaced)
+        filters = list(matching)
+        for topic, unrouted in self._unrouted.items():
+            if any(match(topic) for match in filters):
+                numbers |= unrouted
+        return numbers
+
+    def when_done(self, numbers: set[int], then: Callable[[], object]) -> None:
+        """`then()` once every message numbered in `numbers` (`under_way`) is routed or
+        dropped (at once if none is)."""
+        if not numbers:
+            then()
+            return
+        self._waits.append((set(numbers), then))
 
     def sent(self, topic: str, session: object, text: str, message_id: str) -> None:
         """The subscription of `session` to `text` was sent `topic`'s retained message
@@ -90,6 +120,8 @@ class RetainedWindow:
     def dropped(self, topic: str | None, number: int) -> None:
         """The message numbered `number` will not be routed (its write failed, or it is no
         retained message: `topic` None for one taken for none), or was."""
+        if self._waits:
+            self._done(number)
         if topic is None:
             self._unplaced.discard(number)
             if not self._unplaced:
@@ -111,3 +143,15 @@ class RetainedWindow:
         for records in (self._sent, self._numbers):
             for topic in [topic for topic in records if topic not in self._unrouted]:
                 del records[topic]
+
+    def _done(self, number: int) -> None:
+        """The message numbered `number` is routed or dropped: the waits it ends go on."""
+        over = []
+        for numbers, then in self._waits:
+            numbers.discard(number)
+            if not numbers:
+                over.append(then)
+        if over:
+            self._waits = [wait for wait in self._waits if wait[0]]
+            for then in over:
+                then()

@@ -47,7 +47,7 @@ from typing import Final
 from boxmq.client.box import Box
 from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
-from boxmq.core import QoS, Subscription, parse_filter
+from boxmq.core import QoS, Subscription, matcher, parse_filter
 from boxmq.core.durations import LONGEST
 from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
 from boxmq.model import ConsumerId, Envelope
@@ -144,7 +144,8 @@ def _holds_some(subscriber: Subscriber | None) -> bool:
 def hold_the_rest(client: Client) -> None:
     """The client's packets after this one wait (the broker's `_resume`): the rest of this
     read, and the reads to come, which are not even made until then."""
-    client.held = deque(client.reading or ())  # the read's loop finds nothing left
+    if client.held is None:  # else held already (a SUBSCRIBE that waited): kept, in order
+        client.held = deque(client.reading or ())  # the read's loop finds nothing left
     client.link.pause_reading()
 
 
@@ -184,6 +185,28 @@ class Subscribing:
         self._sys = sys_topics
 
     def subscribe(self, client: Client, session: Session, packet: Subscribe) -> None:
+        """As `_subscribe_now`, once the retained messages the server is writing that its
+        filters could get are written and routed (retained_window.py): a subscription made
+        before would read the message one replaces from the store, and get the new one live.
+        Meanwhile it waits at the head of the client's held packets, handled again (once)
+        when the broker resumes them, as after the disk work of a SUBSCRIBE."""
+        if client.waited is packet:  # its wait is over: those written since do not hold it
+            client.waited = None
+            self._subscribe_now(client, session, packet)
+            return
+        window = self._delivery.retained_window
+        under_way = window.under_way(_matchers(packet))
+        if not under_way:
+            self._subscribe_now(client, session, packet)
+            return
+        hold_the_rest(client)
+        assert client.held is not None
+        client.held.appendleft(packet)
+        client.waited = packet
+        loop = asyncio.get_running_loop()
+        window.when_done(under_way, lambda: loop.call_soon(self._resume, client))
+
+    def _subscribe_now(self, client: Client, session: Session, packet: Subscribe) -> None:
         """Each filter checked here; a durable one (persistent session, share group) is then
         registered on disk. Under fsync=always its records are flushed (store/records.py),
         so by a worker, and SUBACK goes once every one is done and the session's record
@@ -800,3 +823,15 @@ class Subscribing:
             self._records.write(client, self._records.record(session), answer)
         else:
             answer()
+
+
+def _matchers(packet: Subscribe) -> Iterator[Callable[[str], bool]]:
+    """The matchers of the SUBSCRIBE's filters that get retained messages: not a share
+    group's (MQTT-3.3.1-9), nor one its checks will refuse."""
+    for request in packet.subscriptions:
+        try:
+            parsed = parse_filter(request.topic_filter)
+        except BoxMQError:
+            continue
+        if not parsed.shared:
+            yield matcher(parsed.filter)

@@ -3,6 +3,7 @@ one of its topic, as retained while it was in flight (retained_window.py)."""
 
 from __future__ import annotations
 
+from boxmq.core import matcher
 from boxmq.mqtt.retained_window import RetainedWindow, Written
 
 A, B = object(), object()  # two sessions
@@ -71,3 +72,29 @@ def test_the_records_kept_for_a_message_of_no_topic_yet_go_once_it_is_not_retain
     window.taken("t", 3)
     assert window.routed("t", Written(3, "id0")) == set()  # the record went with it
     assert window.routed("u", Written(2, "id2")) == {(A, "u")}  # u's is kept for its own
+
+
+def test_a_subscribe_waits_for_the_messages_under_way_it_matches_and_not_for_later_ones() -> None:
+    window = RetainedWindow()
+    assert window.under_way([matcher("a/#")]) == set()  # nothing in flight: nothing to wait
+    window.taken("a/1", 1)
+    window.taken("b/1", 2)
+    window.taken(None, 3)  # a PUBREL's message after a restart: its topic not known yet
+    under_way = window.under_way([matcher("a/#"), matcher("c")])
+    assert under_way == {1, 3}
+    done: list[str] = []
+    window.when_done(under_way, lambda: done.append("go"))
+    window.taken("a/1", 4)  # came after the SUBSCRIBE: not waited for
+    window.routed("a/1", Written(1, "id1"))
+    window.routed("b/1", Written(2, "id2"))
+    assert done == []
+    window.dropped(None, 3)  # it was no retained message
+    assert done == ["go"]
+    window.routed("a/1", Written(4, "id4"))
+    assert done == ["go"]  # once
+
+
+def test_a_wait_for_nothing_goes_on_at_once() -> None:
+    done: list[str] = []
+    RetainedWindow().when_done(set(), lambda: done.append("go"))
+    assert done == ["go"]
