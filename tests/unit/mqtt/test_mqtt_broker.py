@@ -900,7 +900,7 @@ def test_a_qos_2_message_of_an_untrusted_client_is_refused_naming_its_client_id(
     a name the client never gave; it names its client id now."""
 
     async def test(broker: Broker) -> None:
-        stranger = _connect(broker, "stranger", expiry=300, clean=False)
+        stranger = connect_peer(broker, "stranger", expiry=300, clean=False)
         stranger.send(Publish("eo/a", b"x", 2, packet_id=1))
         await _until(lambda: bool(stranger.inbox))  # once the intake answered
         (pubrec,) = [p for p in stranger.take() if isinstance(p, Pubrec)]
@@ -908,7 +908,7 @@ def test_a_qos_2_message_of_an_untrusted_client_is_refused_naming_its_client_id(
         said = pubrec.properties.reason_string
         assert said == "client stranger may not send messages exactly once", said
 
-    _run(tmp_path, test, exactly_once=ExactlyOnceLimits(trusted_sources=frozenset({"x"})))
+    run_broker(tmp_path, test, exactly_once=ExactlyOnceLimits(trusted_sources=frozenset({"x"})))
 
 
 def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute(
