@@ -1524,9 +1524,11 @@ def test_subscribe_goes_on_when_a_slow_reader_outlasted_a_message_s_lock(
 
     ok(root, "subscribe", "t/#", "--name", "k", "--keep", "--idle", "0")
     ok(root, "publish", "t/a", "one")
-    subscribe = boxmq.Box.subscribe
+    from boxmq.client.topics import Topics
 
-    def short_locks(self: boxmq.Box, *args: Any, **kwargs: Any) -> Any:
+    subscribe = Topics.subscribe  # what the CLI calls (not Box.subscribe, which warns of $SYS)
+
+    def short_locks(self: Topics, *args: Any, **kwargs: Any) -> Any:
         return subscribe(self, *args, **kwargs, lock_timeout=0.3)
 
     printed = cli_subscribe._print_message
@@ -1539,7 +1541,7 @@ def test_subscribe_goes_on_when_a_slow_reader_outlasted_a_message_s_lock(
         if len(calls) == 1:
             time.sleep(0.6)  # a reader that took this long to make room in the pipe
 
-    monkeypatch.setattr(boxmq.Box, "subscribe", short_locks)
+    monkeypatch.setattr(Topics, "subscribe", short_locks)
     monkeypatch.setattr(cli_subscribe, "_print_message", slow_first)
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # subscribe's, not pytest's
     argv = ["--data", str(root), "--fsync", "never", "subscribe", "t/#", "--name", "k"]
