@@ -27,6 +27,8 @@ Invariants:
   end from the restart. The latest record of a client id wins: a newer one written (its
   client's return), the session's end, or another broker's record of it since (its client
   came back there) forgets the refused one; a Will sent meanwhile leaves it (`will_sent`).
+  A session this broker wrote no record of (resumed after a restart, its CONNECT's record
+  refused too) takes the one on disk for its own (`_known`).
 """
 
 from __future__ import annotations
@@ -132,9 +134,22 @@ class Recorder:
                 self.not_written(client_id, error)
             if record.disconnected_at is not None:
                 self._refused[client_id] = record
+            if client_id not in self._written:
+                self._known(client_id)
             return error
         self._written[client_id] = (written.st_ino, written.st_mtime_ns)
         return None
+
+    def _known(self, client_id: str) -> None:
+        """The record on disk that this broker's refused write would have replaced, taken for
+        its own (`replaced`): a session resumed after a restart whose records the disk refused
+        since had none written here, which `replaced` took for another broker's, so `retry`
+        forgot the refused close and the record kept the close before the restart."""
+        try:
+            now = os.stat(record_path(self._root, client_id))
+        except OSError:
+            return  # none there: nothing another broker could have written since
+        self._written.setdefault(client_id, (now.st_ino, now.st_mtime_ns))
 
     def retry(self) -> None:
         """On the broker's sweep (once a second): the records of closes the disk refused are

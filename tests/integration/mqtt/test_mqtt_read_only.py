@@ -329,3 +329,37 @@ def test_a_client_back_before_its_refused_close_record_is_written_again_stays_co
         assert record.disconnected_at is None
         assert record.holder
         client.stop()
+
+
+def test_a_refused_close_of_a_session_resumed_after_a_restart_is_written_again(
+    disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session resumed after a restart, its CONNECT's record refused too: this broker had
+    written no record of it, which `replaced` took for another broker's, so the sweep forgot
+    the refused close instead of writing it, and the record kept the close before the
+    restart (its end counted from then)."""
+    root = disk.path / "root"
+    with start_server(root, spares=0) as running:
+        paho(running, "back", clean=False, expiry=600).stop()
+    with start_server(root, spares=0) as running:
+        with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+            with disk.read_only():
+                client = paho(running, "back", clean=False, expiry=600)
+                assert client.session_present
+                dropped_at = time.time()
+                drop(client)
+                deadline = time.monotonic() + WAIT
+                while sum("back: session record not written" in m for m in caplog.messages) < 2:
+                    assert time.monotonic() < deadline, "no close refused"
+                    time.sleep(0.05)
+            deadline = time.monotonic() + WAIT
+            while (
+                (record := read_record(str(root), "back")) is None
+                or record.disconnected_at is None
+                or record.disconnected_at < dropped_at
+            ):
+                assert time.monotonic() < deadline, f"close not written again: {record}"
+                time.sleep(0.05)
+        assert "client back: its session record is written now, its close with it" in (
+            caplog.messages
+        )
