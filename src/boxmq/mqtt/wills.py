@@ -13,7 +13,8 @@ one sent at once at the close of a persistent session's connection) is removed f
 once sent and its write for the durable subscribers ended, so that a restart does not send it
 again, nor loses it (a kill between the two sends it again). A new connection that took the
 session over writes its record only then (`when_written`). A Will whose own write the disk
-refused stays in the record, for a restart to send again (`_sent_from`). If the disk refuses
+refused stays in the record, for a restart to send again (`_sent_from`), not this broker,
+which sent it already (`_kept`). If the disk refuses
 that record (full, failing), the Will stays in it:
 
 - this broker remembers that it sent it, so that it never sends it twice however the record
@@ -174,6 +175,10 @@ class Wills:
         # then (a clean start runs it early).
         self._due: Timed[str] = Timed()
         self._sent = SentWills(root)  # sent from records that still hold them
+        # Client id -> when its Will was due, for a Will this broker sent whose own write the
+        # disk refused, so that its record keeps it for a restart (`_sent_from`): sent
+        # here already, it is not sent again from that record (`_send_if_still_away`).
+        self._kept: dict[str, float | None] = {}
         # A Will sent at once from a record (a persistent session's close): what waits for its
         # write to end (`when_written`), per client id, for the latest one.
         self._writing: dict[str, list[Callable[[], None]]] = {}
@@ -227,6 +232,7 @@ class Wills:
             or client_id in self._writing  # this one, sent already (resumed twice)
             or not away.will_unsent(read_record(self._root, client_id))
             or self._sent.already_sent(scheduled)  # its record could not say so
+            or self._sent_here(scheduled)  # its own write refused
         ):
             return
         # Its record drops it once it is written: a SIGKILL before then sends it again at
@@ -238,6 +244,11 @@ class Wills:
         )
         self._flush()
 
+    def _sent_here(self, record: SessionRecord) -> bool:
+        """Whether this broker sent the Will `record` holds, which the record keeps since its
+        write was refused (`_kept`)."""
+        return record.client_id in self._kept and self._kept[record.client_id] == record.will_due
+
     def _sent_from(
         self, record: SessionRecord, holds_it: HoldsIt, failure: BaseException | None
     ) -> None:
@@ -247,6 +258,9 @@ class Wills:
         restart sends it again, to the durable subscribers too; not this broker, which sent
         it already to those in memory (a Will is published once)."""
         if failure is not None:
+            # A clean start of its client found that record (its end refused too) and sent
+            # the Will again at each CONNECT it sent, refused by the same disk.
+            self._kept[record.client_id] = record.will_due
             log.error(
                 "client %s: its Will was not stored for its durable subscribers, and its "
                 "session record keeps it: a restart of the broker sends it again, unless the "
@@ -268,6 +282,7 @@ class Wills:
         meanwhile (its client came back)."""
         delay = will_delay(will, session.expiry)
         client_id, username = session.client_id, session.username
+        self._kept.pop(client_id, None)  # a newer Will of the client id
         if not delay:
             written: WillWritten = _nothing
             if recorded is not None:
@@ -306,6 +321,8 @@ class Wills:
         later, leaves it, unless the Will's write failed (as `_sent_from` keeps it)."""
         if failure is None:
             self._unrecorded_sent(client_id, due)
+        else:
+            self._kept[client_id] = due
 
     def _waited_for(self, client_id: str, written: WillWritten) -> WillWritten:
         """`written`, for a Will sent at once from its record: until it has run, the client

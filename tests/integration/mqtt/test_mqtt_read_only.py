@@ -363,3 +363,29 @@ def test_a_refused_close_of_a_session_resumed_after_a_restart_is_written_again(
         assert "client back: its session record is written now, its close with it" in (
             caplog.messages
         )
+
+
+def test_a_will_whose_write_was_refused_is_not_sent_again_by_each_refused_clean_start(
+    running: RunningServer, disk: SmallDisk
+) -> None:
+    """A clean start of a client away with a delayed Will sends it early; on a read-only disk
+    its write for the durable subscribers, the session's end and the new session's record
+    are refused (CONNECT 0x80), and the record keeps the Will for a restart. Each CONNECT
+    the client sent again (paho reconnects once a second) found that record and sent the
+    Will again to the subscribers in memory, which this broker had sent it to already."""
+    listener = paho(running, "listener")
+    listener.subscribe("w/#", qos=1)
+    durable = paho(running, "durable", clean=False, expiry=600)  # the Will is written for it
+    durable.subscribe("w/#", qos=1)
+    dying = paho(
+        running, "dying", clean=False, expiry=600, will=("w/dying", b"gone", 1), will_delay=60
+    )
+    drop(dying)
+    recorded_away(running.root, "dying")
+    with disk.read_only():
+        for _ in range(3):
+            paho(running, "dying", clean=True, expiry=600, expect=0x80).stop()
+        assert listener.next().payload == b"gone"
+        assert listener.nothing(within=0.5)
+    listener.stop()
+    durable.stop()
