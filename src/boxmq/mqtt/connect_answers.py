@@ -280,7 +280,7 @@ class ConnectAnswers:
                 # A session resumed has a record on disk already (a restart finds it).
                 refused = None if present else partial(self._record_refused, client, session)
                 told = said_connected if new_record else _nothing_told
-                self._records.write(client, record, told, hold=True, refused=refused)
+                self._records.write(client, record, told, hold=True, refused=refused, kept=present)
                 if not reading:  # later, on the Will's write: nothing else begins or sends
                     if client.jobs:
                         self._batches.start(client)

@@ -20,13 +20,15 @@ Invariants:
 - A session's record is removed after the record writes still queued for its client id
   (`remove`): one of them would write it back, and a restart would find the session (and
   send its Will).
-- A record of a connection's close the disk refuses (full, out of inodes, read-only) is
-  written again by the broker's sweep, once a second, until the disk takes it (`retry`):
-  left, the record said the client was still connected, holding its Will, so `boxmq session
-  ls` listed it connected until its end, and a restart sent its Will again and counted the
-  end from the restart. The latest record of a client id wins: a newer one written (its
-  client's return), the session's end, or another broker's record of it since (its client
-  came back there) forgets the refused one; a Will sent meanwhile leaves it (`will_sent`).
+- A record the disk refuses (full, out of inodes, read-only) is written again by the broker's
+  sweep, once a second, until the disk takes it (`retry`), but a new session's first one,
+  whose CONNECT is refused with it: left, a close's record said the client was still
+  connected, holding its Will, so `boxmq session ls` listed it connected until its end, and a
+  restart sent its Will again and counted the end from the restart; a resumed CONNECT's or a
+  SUBSCRIBE's left the session listed away, or without that subscription after a restart.
+  The latest record of a client id wins: a newer one written (its client's return), the
+  session's end, or another broker's record of it since (its client came back there)
+  forgets the refused one; a Will sent meanwhile leaves it (`will_sent`).
   A session this broker wrote no record of (resumed after a restart, its CONNECT's record
   refused too) takes the one on disk for its own (`_known`).
 """
@@ -121,10 +123,13 @@ class Recorder:
             next_packet_id=session.outbox.next_id,
         )
 
-    def store(self, record: SessionRecord, *, flush: bool, logged: bool = True) -> OSError | None:
+    def store(
+        self, record: SessionRecord, *, flush: bool, logged: bool = True, kept: bool = True
+    ) -> OSError | None:
         """A failure costs only what the record is for, so it is logged (unless `logged`
-        False: its caller says it) and returned; the record of a close is tried again
-        (`retry`). Any record stored, or tried, supersedes an older one refused."""
+        False: its caller says it) and returned; the record is tried again (`retry`), unless
+        not `kept` (a new session's, whose CONNECT is refused with it). Any record stored, or
+        tried, supersedes an older one refused."""
         client_id = record.client_id
         self._refused.pop(client_id, None)
         try:
@@ -132,7 +137,7 @@ class Recorder:
         except OSError as error:
             if logged:
                 self.not_written(client_id, error)
-            if record.disconnected_at is not None:
+            if kept:
                 self._refused[client_id] = record
             if client_id not in self._written:
                 self._known(client_id)
@@ -168,7 +173,11 @@ class Recorder:
                 continue  # said once already; the disk is still refusing
             self._refused.pop(client_id, None)
             self._written[client_id] = (written.st_ino, written.st_mtime_ns)
-            log.info("client %s: its session record is written now, its close with it", client_id)
+            log.info(
+                "client %s: its session record is written now%s",
+                client_id,
+                ", its close with it" if record.disconnected_at is not None else "",
+            )
 
     def will_sent(self, client_id: str, due: float | None) -> None:
         """The client's Will due at `due` was sent (wills.py): a refused record of its close
@@ -192,6 +201,7 @@ class Recorder:
         then: Callable[[object], None],
         *,
         logged: bool = True,
+        kept: bool = True,
     ) -> Job:
         """A job that stores `record`, then runs `then` on the loop with the refusal (an
         OSError) or None. Until it has, the record on disk is not replaced (`replaced`): this
@@ -205,7 +215,7 @@ class Recorder:
                 self._queued[client_id] = left
             then(result)
 
-        return Job(partial(self.store, record, flush=flush, logged=logged), stored)
+        return Job(partial(self.store, record, flush=flush, logged=logged, kept=kept), stored)
 
     def replaced(self, client_id: str) -> bool:
         """Whether the session's record on disk may not be the one this broker wrote last:
@@ -281,6 +291,7 @@ class Recorder:
         *,
         hold: bool = False,
         refused: Callable[[OSError], None] | None = None,
+        kept: bool = True,
     ) -> None:
         """Write `record` (a persistent session's; None: none to write), then run `told`,
         which answers the client: in order with its disk work, and flushed first under
@@ -288,9 +299,14 @@ class Recorder:
         nothing at all reaches the client before (its CONNACK is waiting in its connection).
         Under the other policies, written at once on the loop, unflushed, as before.
         `refused`: run instead of `told` if the disk refuses the record (which it then
-        logs), under every policy, the answer still unsent."""
+        logs), under every policy, the answer still unsent. `kept` False: a refused record is
+        not tried again (`store`)."""
         if not self.flushed:
-            error = None if record is None else self.store(record, flush=False, logged=not refused)
+            error = (
+                None
+                if record is None
+                else self.store(record, flush=False, logged=not refused, kept=kept)
+            )
             if error is not None and refused is not None:
                 refused(error)
             else:
@@ -311,7 +327,9 @@ class Recorder:
             else:
                 told()
 
-        client.jobs.append(self._storing(record, self.flushed, written, logged=not refused))
+        client.jobs.append(
+            self._storing(record, self.flushed, written, logged=not refused, kept=kept)
+        )
 
 
 def _sent(session: Session) -> Iterator[tuple[str, int, str | None]]:

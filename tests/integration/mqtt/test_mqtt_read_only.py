@@ -389,3 +389,27 @@ def test_a_will_whose_write_was_refused_is_not_sent_again_by_each_refused_clean_
         assert listener.nothing(within=0.5)
     listener.stop()
     durable.stop()
+
+
+def test_a_refused_record_of_a_connected_session_is_written_once_the_disk_takes_it(
+    running: RunningServer, disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session resumed while the disk refused its CONNECT's record was only logged: the
+    record kept its last close, so `boxmq session ls` listed the connected client away. The
+    latest record refused is written again, connected or not, once the disk takes it."""
+    root = running.root
+    paho(running, "back", clean=False, expiry=600).stop()
+    recorded_away(root, "back")
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        with disk.read_only():
+            client = paho(running, "back", clean=False, expiry=600)
+            assert client.session_present
+        deadline = time.monotonic() + WAIT
+        while (record := read_record(str(root), "back")) is None or record.holder is None:
+            assert time.monotonic() < deadline, f"connected record not written: {record}"
+            time.sleep(0.05)
+    assert record.disconnected_at is None
+    assert "client back: its session record is written now" in caplog.messages
+    [listed] = json.loads(boxmq_cli_ok(root, "session", "ls", "--json"))
+    assert listed["connected_to"] is not None
+    client.stop()
