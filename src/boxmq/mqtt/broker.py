@@ -447,7 +447,7 @@ class Broker:
     def tick(self, now: float) -> None:
         """The timer: keep-alives, CONNECT timeouts, delayed Wills, the ends of sessions away,
         messages others dropped in dropboxes, the sessions of servers of this host that died,
-        and the counts of messages full queues dropped."""
+        and the counts of messages full queues dropped and of CONNECTs refused."""
         for client in self._timers.due(now):
             self._look_at(client, now)
         self._wills.retry(now=now)
@@ -459,6 +459,7 @@ class Broker:
             self._lifetimes.finish_ends()
             self._records.retry()
         self._delivery.report_drops(now=now)
+        self._connects.tell_refusals(now=now)
         if self._sys.due(now):
             self._publish_sys(now)
         # What other processes dropped, locks and delays that ended: the sessions with news
@@ -605,6 +606,7 @@ class Broker:
             self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
         await self._batches.wait_all()
         self._delivery.report_drops()  # the counts of unfinished intervals, not lost
+        self._connects.tell_refusals()
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay

@@ -18,6 +18,7 @@ from functools import partial
 
 from boxmq.clock import Clock
 from boxmq.core.deadlines import Deadlines
+from boxmq.core.durations import spelled
 from boxmq.errors import store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.claim_wait import wait_for_claim
@@ -33,6 +34,7 @@ from boxmq.mqtt.connect_terms import (
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disconnects import stop_reading
 from boxmq.mqtt.disk import Job, no_answer
+from boxmq.mqtt.drops import DropLog
 from boxmq.mqtt.lifetimes import CLAIMED, AfterDiskWork, Lifetimes
 from boxmq.mqtt.packets import Connack, Connect, ProtocolVersion
 from boxmq.mqtt.password_checks import PasswordChecks
@@ -110,6 +112,23 @@ class ConnectAnswers:
         # Connections whose CONNECT's record waits for the Will of the one they took over
         # to be written (Wills.when_written), their packets held until then.
         self._after_will: set[Client] = set()
+        # Refused CONNECTs by client host and reason: a device that retries a wrong password
+        # in a loop, or a script guessing them, wrote a line a try; the first is told, those
+        # after it from there for that reason counted (`tell_refusals`), as drops.py does.
+        self._refusals: DropLog[tuple[str, str]] = DropLog()
+
+    def tell_refusals(self, *, now: float | None = None) -> None:
+        """Log the refusals counted in the intervals over by `now` (None: all, at close)."""
+        counts = self._refusals
+        for summary in counts.flush() if now is None else counts.due(now=now):
+            host, words = summary.key
+            log.info(
+                "%s: %d more CONNECT(s) refused in the last %s: %s",
+                host,
+                summary.dropped,
+                spelled(counts.interval),
+                words,
+            )
 
     def answer(self, client: Client, packet: Connect) -> None:
         """A connection's first packet, its CONNECT: answered now, or once its password is
@@ -171,9 +190,9 @@ class ConnectAnswers:
         props = packet.properties
         refusal = refusal_of(packet, authenticated=authenticated)
         if refusal is not None:
-            log.info(
-                "%s refused: %s", connecting(client, packet), reason_text(refusal, packet.version)
-            )
+            words = reason_text(refusal, packet.version)
+            if self._refusals.dropped((client.link.peer.host, words), now=self._clock.now()):
+                log.info("%s refused: %s", connecting(client, packet), words)
             self._refuse(client, refusal)
             return
         client_id = packet.client_id

@@ -978,11 +978,13 @@ def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An operator reading why a device cannot connect needs who, from where, and the code
-    the device was told; a missing user name reads as such, not as `None`."""
+    the device was told; a missing user name reads as such, not as `None`. (Each from a host
+    of its own: a host's refusals for one reason after its first are counted, not told.)"""
 
     async def test(broker: Broker) -> None:
-        for username in ("carol", None):
+        for username, host in (("carol", "memory"), (None, "elsewhere")):
             peer = Peer(broker)
+            peer.peer = PeerAddress(host)
             props = Properties.build(authentication_method="SCRAM-SHA-1")
             peer.send(Connect("dev-9", V5, clean_start=True, username=username, properties=props))
             [connack] = peer.take()
@@ -993,7 +995,7 @@ def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
         run_broker(tmp_path, test)
     assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
         "client 'dev-9' (user 'carol', from memory) refused: bad authentication method (0x8c)",
-        "client 'dev-9' (no user name, from memory) refused: bad authentication method (0x8c)",
+        "client 'dev-9' (no user name, from elsewhere) refused: bad authentication method (0x8c)",
     ]
 
 

@@ -473,6 +473,56 @@ def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
         asyncio.run(run())
 
 
+def _wrong_password(port: int, count: int) -> None:
+    """`count` 3.1.1 CONNECTs with a password nobody has, each read to its refusal."""
+    connect = _packet(
+        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("dev-1") + _utf8("al") + _utf8("x")
+    )
+    for _ in range(count):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(connect)
+            assert client.recv(4) == bytes.fromhex("20020004")  # bad user name or password
+
+
+def test_a_client_retrying_a_wrong_password_is_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A device that retries a wrong password in a loop, or a script guessing passwords,
+    wrote a line a try (found driving `boxmq serve`: 100 tries, 100 lines)."""
+    (tmp_path / "passwd").write_text("")  # knows nobody
+    settings = MqttSettings(
+        listeners=(Listener("127.0.0.1", 0),),
+        authenticator=PasswordFile.load(tmp_path / "passwd"),
+    )
+    clock = ManualClock()
+    refused = "refused: bad user name or password (return code 4)"
+
+    def told() -> list[str]:
+        return [m for m in caplog.messages if "refused" in m]
+
+    async def run() -> None:
+        async with _serving(tmp_path, settings, clock) as (server, port):
+            await asyncio.to_thread(_wrong_password, port, 3)
+            [line] = told()
+            assert line.startswith("client 'dev-1' (user 'al', from 127.0.0.1:")
+            assert line.endswith(refused)
+            clock.advance(10)
+            server.broker.tick(clock.now())
+            assert told()[1] == (
+                "127.0.0.1: 2 more CONNECT(s) refused in the last 10s: "
+                "bad user name or password (return code 4)"
+            )
+            clock.advance(10)
+            server.broker.tick(clock.now())  # none since: the run is over
+            await asyncio.to_thread(_wrong_password, port, 2)
+            assert len(told()) == 3
+            assert told()[2].endswith(refused)
+        assert told()[3].startswith("127.0.0.1: 1 more CONNECT(s) refused")  # at close
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        asyncio.run(run())
+
+
 def _with_certificate(port: int, trust: Path, cert: tuple[Path, Path]) -> None:
     """A client with `cert`, read to its end: TLS 1.3 tells it of a refusal after its side
     of the handshake."""
