@@ -6,8 +6,10 @@ at once, and the drops after it are counted and told as one line per client per 
 ("N more dropped in the last 10 s"), for as long as they go on. An interval without a drop
 ends the run: the next drop is a first again.
 
-The same counts serve failed TLS handshakes (server.py), keyed by client host and reason in
-place of a client id: a device that retries every second with an expired certificate.
+The same counts serve failed TLS handshakes and sockets closed for a protocol error
+(server.py), and refused CONNECTs (connect_answers.py), keyed by client host and reason in
+place of a client id: a device that retries every second with an expired certificate, a
+wrong password or a bad packet.
 Connections refused at a limit (`Refusals`) are told once while the limit holds, and counted
 till one is accepted again.
 

@@ -112,6 +112,7 @@ class _Protocol(asyncio.BufferedProtocol):
         "_buffer",
         "_buffered",
         "_clock",
+        "_failed",
         "_held",
         "_lingering",
         "_tcp",
@@ -132,10 +133,12 @@ class _Protocol(asyncio.BufferedProtocol):
         buffer: memoryview,
         unread: set[_Protocol],
         lingering: set[_Linger],
+        failed: Callable[[PeerAddress, str], None],
         accepted: float | None = None,
     ) -> None:
         self._broker = broker
         self._clock = clock
+        self._failed = failed  # the server's: logs a close for a protocol error, or counts it
         # When a TLS listener accepted the socket, before its handshake: the CONNECT timeout
         # counts from there (None: from connection_made, as for a plain socket).
         self.accepted = accepted
@@ -194,7 +197,7 @@ class _Protocol(asyncio.BufferedProtocol):
         self.gone = True
         self.flush()
         goodbye, told = self.connection.closing(error)
-        log.info("%s: closing: %s (%s)", self.peer, error, told)
+        self._failed(self.peer, f"{error} ({told})")
         transport = self._transport
         if transport is not None and goodbye and not transport.is_closing():
             transport.write(goodbye)
@@ -824,6 +827,9 @@ class MqttServer:
         # Failed handshakes by client host and reason: a client that retries every second
         # with an expired certificate is told once, then counted (handshake_failed).
         self._failed_handshakes: DropLog[tuple[str, str]] = DropLog()
+        # Sockets closed for a protocol error, by client host and error, so too: a script
+        # sending the same bad packet in a loop wrote a line a socket (protocol_failed).
+        self._protocol_errors: DropLog[tuple[str, str]] = DropLog()
         self._token: str | None = None  # this process, marked a broker from `start` (brokers.py)
         self._marked = False  # the mark made: one the disk refused is tried at each tick
         self._mark_refused = RecurringFailure()
@@ -832,7 +838,13 @@ class MqttServer:
         """The protocol of a client's socket (after its TLS handshake, on a TLS listener,
         whose socket was `accepted` then)."""
         return _Protocol(
-            self.broker, self._clock, self._read_buffer, self._unread, self._lingering, accepted
+            self.broker,
+            self._clock,
+            self._read_buffer,
+            self._unread,
+            self._lingering,
+            self.protocol_failed,
+            accepted,
         )
 
     def now(self) -> float:
@@ -854,7 +866,8 @@ class MqttServer:
             log.log(level, "%s: TLS handshake failed: %s", peer, words)
 
     def tell_failed_handshakes(self, *, now: float | None = None) -> None:
-        """Log the failed handshakes counted in the intervals over by `now` (None: all)."""
+        """Log the failed handshakes counted in the intervals over by `now` (None: all), and
+        the sockets closed for a protocol error (`protocol_failed`)."""
         counts = self._failed_handshakes
         for summary in counts.flush() if now is None else counts.due(now=now):
             host, words = summary.key
@@ -865,6 +878,22 @@ class MqttServer:
                 spelled(counts.interval),
                 words,
             )
+        errors = self._protocol_errors
+        for summary in errors.flush() if now is None else errors.due(now=now):
+            host, words = summary.key
+            log.info(
+                "%s: %d more connection(s) closed in the last %s: %s",
+                host,
+                summary.dropped,
+                spelled(errors.interval),
+                words,
+            )
+
+    def protocol_failed(self, peer: PeerAddress, words: str) -> None:
+        """Log a socket closed for a protocol error: the first from a client address for that
+        error at once, with its port; those after it counted as failed handshakes are."""
+        if self._protocol_errors.dropped((peer.host, words), now=self._clock.now()):
+            log.info("%s: closing: %s", peer, words)
 
     def share_tls_buffer(self, transport: asyncio.BaseTransport) -> None:
         """Give the SSL protocol that `start_tls` put on the TCP `transport` the loop's one

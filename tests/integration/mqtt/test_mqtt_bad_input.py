@@ -196,6 +196,47 @@ def test_a_bad_connect_is_answered_then_closed(
     assert line.endswith(f" ({told})"), line
 
 
+def test_a_bad_packet_sent_in_a_loop_is_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A script sending the same bad packet on socket after socket wrote a line a socket
+    (found driving `boxmq serve`: 100 sockets, 100 lines); the first is told with its port,
+    the rest counted into a line every 10 s, and into one at close."""
+    clock = ManualClock()
+    closing = ": closing: CONNECT protocol name: its length runs past the end of the packet"
+    more = "127.0.0.1: {} more connection(s) closed in the last 10s: CONNECT protocol name"
+
+    def told() -> list[str]:
+        return [m for m in caplog.messages if m.startswith("127.0.0.1") and "clos" in m]
+
+    def told_then(count: int) -> list[str]:
+        deadline = time.monotonic() + WAIT
+        while len(lines := told()) < count:
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.02)
+        return lines
+
+    with (
+        caplog.at_level(logging.INFO, logger="boxmq.mqtt"),
+        start_server(tmp_path / "root", MqttSettings(), clock=clock) as running,
+    ):
+        for _ in range(5):
+            assert _exchange(running, b"\x10\x05\x00\x04MQXX") == b""
+        [first] = told_then(1)
+        assert closing in first
+        assert first.endswith("(nothing sent)")
+        clock.advance(10)  # the server's next tick tells the count
+        assert told_then(2)[1].startswith(more.format(4))
+        assert told_then(2)[1].endswith("(nothing sent)")
+        clock.advance(10)
+        time.sleep(0.6)  # two ticks: none since, the run is over
+        assert _exchange(running, b"\x10\x05\x00\x04MQXX") == b""
+        assert closing in told_then(3)[2]
+        assert _exchange(running, b"\x10\x05\x00\x04MQXX") == b""
+    assert told()[3].startswith(more.format(1))  # told at close
+    assert len(told()) == 4
+
+
 @pytest.mark.parametrize("trickle", [False, True], ids=["silent", "a-byte-at-a-time"])
 def test_a_socket_without_connect_is_closed_after_the_connect_timeout(
     tmp_path: Path, trickle: bool
