@@ -393,7 +393,8 @@ class Broker:
         del self._links[session.client_id]
         self._named.pop(consumer_name(session.client_id), None)
         session.connected = False
-        log.info("client %s disconnected (%s)", session.client_id, reason)
+        level = logging.DEBUG if client.quiet else logging.INFO  # counted (connect_answers)
+        log.log(level, "client %s disconnected (%s)", session.client_id, reason)
         self._share_turns(session, take=False)
         will = None if client.clean_exit else session.will
         session.will = None
@@ -447,7 +448,7 @@ class Broker:
     def tick(self, now: float) -> None:
         """The timer: keep-alives, CONNECT timeouts, delayed Wills, the ends of sessions away,
         messages others dropped in dropboxes, the sessions of servers of this host that died,
-        and the counts of messages full queues dropped and of CONNECTs refused."""
+        and the counts of messages full queues dropped, of CONNECTs refused and of reconnections."""
         for client in self._timers.due(now):
             self._look_at(client, now)
         self._wills.retry(now=now)
@@ -459,7 +460,7 @@ class Broker:
             self._lifetimes.finish_ends()
             self._records.retry()
         self._delivery.report_drops(now=now)
-        self._connects.tell_refusals(now=now)
+        self._connects.tell_counts(now=now)
         if self._sys.due(now):
             self._publish_sys(now)
         # What other processes dropped, locks and delays that ended: the sessions with news
@@ -606,7 +607,7 @@ class Broker:
             self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
         await self._batches.wait_all()
         self._delivery.report_drops()  # the counts of unfinished intervals, not lost
-        self._connects.tell_refusals()
+        self._connects.tell_counts()
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay

@@ -97,6 +97,9 @@ class Client:
     told_publish: bool = False
     told_subscribe: bool = False
     told_not_stored: bool = False
+    # Its client id connected more than ConnectAnswers tells in a run (a reconnect loop): its
+    # connection's lines (connected, disconnected, taken over) are at debug level, counted.
+    quiet: bool = False
 
 
 Kick = Callable[[Client, ReasonCode, str], None]

@@ -54,6 +54,9 @@ log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
 
+# Connections of one client id told in a run before the rest are counted (`tell_counts`).
+_TOLD_CONNECTIONS = 3
+
 
 def _nothing_told() -> None:
     """What a CONNECT's record job tells: nothing, CONNACK is in the connection already."""
@@ -114,19 +117,34 @@ class ConnectAnswers:
         self._after_will: set[Client] = set()
         # Refused CONNECTs by client host and reason: a device that retries a wrong password
         # in a loop, or a script guessing them, wrote a line a try; the first is told, those
-        # after it from there for that reason counted (`tell_refusals`), as drops.py does.
+        # after it from there for that reason counted (`tell_counts`), as drops.py does.
         self._refusals: DropLog[tuple[str, str]] = DropLog()
+        # Connections by client id: one reconnecting in a loop (a keep-alive its network
+        # cannot hold, two devices with one client id taking it from each other) wrote two
+        # lines a connection; the first few of a run are told, the rest `quiet`, counted.
+        self._connections: DropLog[str] = DropLog(told=_TOLD_CONNECTIONS)
 
-    def tell_refusals(self, *, now: float | None = None) -> None:
-        """Log the refusals counted in the intervals over by `now` (None: all, at close)."""
-        counts = self._refusals
-        for summary in counts.flush() if now is None else counts.due(now=now):
+    def tell_counts(self, *, now: float | None = None) -> None:
+        """Log the refusals and the reconnections counted in the intervals over by `now`
+        (None: all, at close)."""
+        connections = self._connections
+        for again in connections.flush() if now is None else connections.due(now=now):
+            # INFO: a script that connects to publish, again and again, does so by design.
+            log.info(
+                "client %s connected %d more time(s) in the last %s, their lines at debug "
+                "level (-v); if it should stay connected, its first disconnects say why it goes",
+                again.key,
+                again.dropped,
+                spelled(connections.interval),
+            )
+        refusals = self._refusals
+        for summary in refusals.flush() if now is None else refusals.due(now=now):
             host, words = summary.key
             log.info(
                 "%s: %d more CONNECT(s) refused in the last %s: %s",
                 host,
                 summary.dropped,
-                spelled(counts.interval),
+                spelled(refusals.interval),
                 words,
             )
 
@@ -243,6 +261,7 @@ class ConnectAnswers:
             wait_for_claim(client, packet, self._clock.now(), again, busy)
             return
         record = taken
+        client.quiet = not self._connections.dropped(client_id, now=self._clock.now())
         present, session = self._resuming.take(client_id, packet.clean_start, expiry, record)
         session.expiry = expiry
         client.asked_expiry = props.session_expiry_interval or 0
@@ -268,7 +287,8 @@ class ConnectAnswers:
 
         def said_connected() -> None:
             if self._links.get(client_id) is client:  # not refused nor closed meanwhile
-                log.info(
+                log.log(
+                    logging.DEBUG if client.quiet else logging.INFO,
                     "client %s connected from %s (MQTT %s, %s%s session%s)",
                     client_id,
                     client.link.peer,

@@ -13,6 +13,10 @@ wrong password or a bad packet.
 Connections refused at a limit (`Refusals`) are told once while the limit holds, and counted
 till one is accepted again.
 
+A client that reconnects in a loop (connect_answers.py) is counted by client id, its first
+few connections of a run told (`told`): one that comes back once after a network blip is
+told as always.
+
 Sans-IO: the caller passes `now` and writes the lines. No count is lost: every drop is
 either told as a first or counted into a later summary, and `flush` hands over what is
 still counted (at shutdown).
@@ -63,6 +67,7 @@ class _Run:
 
     ends: float  # when the current interval ends and its count is told
     counted: int = 0  # drops in the current interval, not told yet
+    told: int = 1  # drops of the run told at once (up to DropLog.told)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +79,9 @@ class Summary(Generic[Key]):
 class DropLog(Generic[Key]):
     """Per client: whether a drop is told now, and the counts that are due."""
 
-    def __init__(self, *, interval: float = INTERVAL) -> None:
+    def __init__(self, *, interval: float = INTERVAL, told: int = 1) -> None:
         self.interval = interval
+        self.told = told  # how many of a run are told at once before the rest are counted
         self._runs: dict[Key, _Run] = {}  # only keys dropping lately: checked every tick
 
     def dropped(self, key: Key, *, now: float) -> bool:
@@ -84,6 +90,9 @@ class DropLog(Generic[Key]):
         run = self._runs.get(key)
         if run is None:
             self._runs[key] = _Run(ends=now + self.interval)
+            return True
+        if run.told < self.told:
+            run.told += 1
             return True
         run.counted += 1
         return False

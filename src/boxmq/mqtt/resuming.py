@@ -105,7 +105,8 @@ class Resuming:
         `record`: the session's record on disk (`record_of`), for one not in memory."""
         old_client = self._links.get(client_id)
         if old_client is not None:
-            log.info("client %s: taken over by a new connection", client_id)
+            level = logging.DEBUG if old_client.quiet else logging.INFO  # a reconnect loop's
+            log.log(level, "client %s: taken over by a new connection", client_id)
             # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes out
             # as at any such close (broker `closed`: written down in a persistent session's record
             # until its write ended), unless it has a delay that the new connection now

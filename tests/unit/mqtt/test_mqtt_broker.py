@@ -999,6 +999,58 @@ def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
     ]
 
 
+def test_a_client_reconnecting_in_a_loop_is_told_a_few_times_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client in a reconnect loop wrote two lines a connection (found driving `boxmq
+    serve`: 300 reconnections, 600 lines, and a line more for each that took over the one
+    before): its first 3 of a run are told, the rest at debug level and counted into a line
+    every 10 s; a client that comes back now and then is told each time."""
+    clock = ManualClock(0)
+
+    def connect(client_id: str) -> Peer:
+        peer = Peer(broker_of[0])
+        peer.send(Connect(client_id, V5, clean_start=True))
+        [connack] = peer.take()
+        assert isinstance(connack, Connack)
+        assert connack.reason is ReasonCode.SUCCESS
+        return peer
+
+    broker_of: list[Broker] = []
+
+    async def test(broker: Broker) -> None:
+        broker_of.append(broker)
+        for _ in range(10):
+            connect("looper").close()
+        connect("looper")  # and another takes it over
+        connect("looper").close()
+        connect("steady").close()
+        clock.advance(10)
+        broker.tick(clock.now())
+        clock.advance(10)
+        broker.tick(clock.now())  # none since: the run is over
+        connect("looper").close()
+        clock.advance(15)
+        connect("steady").close()  # now and then: told each time
+
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        _run(tmp_path, test, clock)
+    told = [m for m in caplog.messages if m.startswith("client ")]
+    assert [m.split(" from ")[0] for m in told] == [
+        "client looper connected",
+        "client looper disconnected (closed)",
+    ] * 3 + [
+        "client steady connected",
+        "client steady disconnected (closed)",
+        "client looper connected 9 more time(s) in the last 10s, their lines at debug level "
+        "(-v); if it should stay connected, its first disconnects say why it goes",
+        "client looper connected",
+        "client looper disconnected (closed)",
+        "client steady connected",
+        "client steady disconnected (closed)",
+    ]
+
+
 @pytest.mark.parametrize(
     ("reason", "version", "logged"),
     [

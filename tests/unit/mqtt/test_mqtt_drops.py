@@ -25,6 +25,17 @@ def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
     assert drops.flush() == []
 
 
+def test_the_first_few_of_a_run_are_told_when_asked() -> None:
+    """Reconnections (connect_answers.py): a client that comes back after a blip is told."""
+    connections: DropLog[str] = DropLog(interval=10, told=3)
+    assert [connections.dropped("c", now=t) for t in range(5)] == [True] * 3 + [False] * 2
+    assert connections.due(now=10) == [Summary("c", 2)]
+    assert not connections.dropped("c", now=11)  # the run goes on: counted, not told again
+    assert connections.due(now=20) == [Summary("c", 1)]
+    assert connections.due(now=30) == []  # over
+    assert connections.dropped("c", now=31)
+
+
 def test_a_clock_stepped_back_does_not_hold_a_count_back_for_the_step() -> None:
     """The clock stepped back an hour (NTP, `date -s`) during a run: its count was told an
     hour later, every drop of that hour in one line. It is told at the next tick."""
