@@ -44,8 +44,9 @@ from concurrent.futures import Executor
 from typing import Final
 
 from boxmq.client.box import Box
+from boxmq.clock import Clock, SystemClock
 from boxmq.mqtt.clients import Client, name_of
-from boxmq.mqtt.disk import log_store_failures, run_all
+from boxmq.mqtt.disk import StoreFailureLog, run_all
 from boxmq.store.commit import FsyncPolicy
 
 __all__ = ["Batches"]
@@ -70,8 +71,12 @@ class Batches:
         *,
         ready: Callable[[], None] | None = None,
         gather: float = GATHER,
+        clock: Clock | None = None,
     ) -> None:
         self._box = box  # its topics are made on first use
+        self._clock = clock or SystemClock()
+        # What the file system refused, a client's first batch told, the rest counted.
+        self.failures = StoreFailureLog()
         self._pool = pool
         self._after = after
         self._ready = ready
@@ -149,7 +154,7 @@ class Batches:
 
         def done(results: list[object]) -> None:
             try:
-                log_store_failures(name_of(client), jobs, results)
+                self.failures.failed(name_of(client), jobs, results, self._clock.now())
                 failed: list[Exception] = []
                 for job, result in zip(jobs, results, strict=True):
                     try:

@@ -191,7 +191,9 @@ class Broker:
             self._kick,
             clock,
         )
-        self._batches = Batches(box, self._pool, self._batch_done, ready=self._batch_ready)
+        self._batches = Batches(
+            box, self._pool, self._batch_done, ready=self._batch_ready, clock=clock
+        )
         self._token = process_token()  # names this broker in the session records it writes
         # Under fsync=always a client is told of a record (CONNACK, SUBACK) once it is on disk.
         self._records = Recorder(
@@ -448,7 +450,8 @@ class Broker:
     def tick(self, now: float) -> None:
         """The timer: keep-alives, CONNECT timeouts, delayed Wills, the ends of sessions away,
         messages others dropped in dropboxes, the sessions of servers of this host that died,
-        and the counts of messages full queues dropped, of CONNECTs refused and of reconnections."""
+        and the counts of messages full queues dropped, of CONNECTs refused, of reconnections
+        and of packets the disk refused."""
         for client in self._timers.due(now):
             self._look_at(client, now)
         self._wills.retry(now=now)
@@ -461,6 +464,7 @@ class Broker:
             self._records.retry()
         self._delivery.report_drops(now=now)
         self._connects.tell_counts(now=now)
+        self._batches.failures.tell(now=now)
         if self._sys.due(now):
             self._publish_sys(now)
         # What other processes dropped, locks and delays that ended: the sessions with news
@@ -608,6 +612,7 @@ class Broker:
         await self._batches.wait_all()
         self._delivery.report_drops()  # the counts of unfinished intervals, not lost
         self._connects.tell_counts()
+        self._batches.failures.tell()
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay

@@ -9,7 +9,8 @@ ends the run: the next drop is a first again.
 The same counts serve failed TLS handshakes and sockets closed for a protocol error
 (server.py), and refused CONNECTs (connect_answers.py), keyed by client host and reason in
 place of a client id: a device that retries every second with an expired certificate, a
-wrong password or a bad packet.
+wrong password or a bad packet. And the packets a full disk refuses to a client (disk.py),
+counted by client, a batch at a time.
 Connections refused at a limit (`Refusals`) are told once while the limit holds, and counted
 till one is accepted again.
 
@@ -84,9 +85,10 @@ class DropLog(Generic[Key]):
         self.told = told  # how many of a run are told at once before the rest are counted
         self._runs: dict[Key, _Run] = {}  # only keys dropping lately: checked every tick
 
-    def dropped(self, key: Key, *, now: float) -> bool:
-        """Count one drop for `key` (a client id, a handshake's host and reason); True when it
-        is the first of a run and is to be told at once."""
+    def dropped(self, key: Key, *, now: float, count: int = 1) -> bool:
+        """Count one drop for `key` (a client id, a handshake's host and reason), of `count`
+        things (the packets of a batch); True when it is the first of a run and is to be told
+        at once (with its count: not counted then)."""
         run = self._runs.get(key)
         if run is None:
             self._runs[key] = _Run(ends=now + self.interval)
@@ -94,7 +96,7 @@ class DropLog(Generic[Key]):
         if run.told < self.told:
             run.told += 1
             return True
-        run.counted += 1
+        run.counted += count
         return False
 
     def due(self, *, now: float) -> list[Summary[Key]]:

@@ -36,6 +36,7 @@ from tests.integration.mqtt.clients import (
 )
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
+from boxmq.clock import ManualClock
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import read_record
 from boxmq.store.process import process_token
@@ -201,6 +202,39 @@ def test_a_qos0_flood_on_a_full_disk_keeps_the_connection_and_logs_per_batch(
     assert "ENOSPC" in lines[0].getMessage()
     assert _working_files(running.root) == []
     assert member.nothing(within=0.2)
+
+
+def test_a_qos1_flood_on_a_full_disk_is_told_once_then_counted(
+    disk: SmallDisk, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk refuses at once, so a flood came in batches of 1 to 20 packets and wrote an
+    ERROR line a batch (found driving `boxmq serve`: 200 QoS 1 publications, 33 lines): the
+    first batch is told, the packets of the next counted into a line every 10 s."""
+    clock = ManualClock()
+    running = start_server(disk.path / "root", clock=clock)
+    member = paho(running, "member")  # a share group's: publications on t/# go to disk
+    member.subscribe("$share/g/t/#", qos=1)
+    publisher = paho(running, "flood")
+    try:
+        acks = _acks(publisher.client)
+        disk.fill()
+        caplog.set_level(logging.ERROR, logger="boxmq.mqtt")
+        for n in range(200):
+            publisher.client.publish("t/6", b"%d" % n, qos=1)
+        assert [acks.get(timeout=WAIT)[1] for _ in range(200)] == [QUOTA_EXCEEDED] * 200
+        [first] = _logged(caplog, "not stored")
+        told = int(first.split(": ")[1].split(" of ")[0])  # "client flood: 17 of 17 packet(s)"
+        assert "ENOSPC" in first
+        clock.advance(10)  # the server's next tick tells the count
+        [more] = _logged(caplog, "more packet(s) not stored")
+        assert more.startswith(f"client flood: {200 - told} more packet(s) not stored in the last")
+        assert "ENOSPC" in more
+        assert len(_logged(caplog, "not stored")) == 2
+    finally:
+        publisher.stop()
+        member.stop()
+        disk.free()
+        running.shutdown()
 
 
 def _logged(caplog: pytest.LogCaptureFixture, words: str, within: float = WAIT) -> list[str]:
