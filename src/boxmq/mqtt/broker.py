@@ -70,6 +70,7 @@ from boxmq.mqtt.connect_terms import connecting
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disconnects import stop_reading, take_disconnect
 from boxmq.mqtt.disk import Job
+from boxmq.mqtt.drops import DropLog
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.idle_walk import IdleWalk
 from boxmq.mqtt.lifetimes import Lifetimes
@@ -286,6 +287,9 @@ class Broker:
         self._admission = Admission(self.limits.max_connections)
         self._sys = sys_topics
         self._traffic = Traffic()  # what the connections counted, for $SYS
+        # Sockets closed for sending no CONNECT, by client host: a script or a scanner that
+        # opens them by the hundred wrote a line each; the first told, the rest counted.
+        self._silent: DropLog[str] = DropLog()
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -465,6 +469,7 @@ class Broker:
         self._delivery.report_drops(now=now)
         self._connects.tell_counts(now=now)
         self._batches.failures.tell(now=now)
+        self._tell_silent(now)
         if self._sys.due(now):
             self._publish_sys(now)
         # What other processes dropped, locks and delays that ended: the sessions with news
@@ -502,11 +507,12 @@ class Broker:
                 client.checking = None
                 client.link.close()
             elif late and not waits_for_claim(client, now):
-                log.info(
-                    "%s closed: no CONNECT within %s",
-                    client.link.peer,
-                    spelled(self.limits.connect_timeout),
-                )
+                if self._silent.dropped(client.link.peer.host, now=now):
+                    log.info(
+                        "%s closed: no CONNECT within %s",
+                        client.link.peer,
+                        spelled(self.limits.connect_timeout),
+                    )
                 client.link.close()
             else:
                 self._timers.set(client, max(now, client.opened + self.limits.connect_timeout))
@@ -518,6 +524,19 @@ class Broker:
             self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         else:
             self._timers.set(client, deadline)
+
+    def _tell_silent(self, now: float | None) -> None:
+        """Log the sockets closed without a CONNECT counted in the intervals over by `now`
+        (None: all)."""
+        silent = self._silent
+        for summary in silent.flush() if now is None else silent.due(now=now):
+            log.info(
+                "%s: %d more socket(s) closed in the last %s: no CONNECT within %s",
+                summary.key,
+                summary.dropped,
+                spelled(silent.interval),
+                spelled(self.limits.connect_timeout),
+            )
 
     def figures(self) -> Figures:
         """This server's figures now, for $SYS (sys_figures.py)."""
@@ -613,6 +632,7 @@ class Broker:
         self._delivery.report_drops()  # the counts of unfinished intervals, not lost
         self._connects.tell_counts()
         self._batches.failures.tell()
+        self._tell_silent(None)
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay

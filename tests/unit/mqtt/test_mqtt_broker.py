@@ -3212,6 +3212,33 @@ def test_a_session_resumed_from_memory_takes_back_what_another_server_left_locke
     run_broker(tmp_path, test)
 
 
+def test_sockets_that_send_no_connect_are_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A script or a scanner that opens sockets by the hundred and sends nothing wrote a line
+    each at connect_timeout; the first from a host is told, the rest counted every 10 s."""
+    clock = ManualClock(0)
+    settings = MqttSettings(limits=Limits(connect_timeout=1.0))
+
+    async def test(broker: Broker) -> None:
+        silent = [Peer(broker) for _ in range(5)]
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            broker.tick(1.5)
+            assert all(peer.closed for peer in silent)
+            broker.tick(11.6)
+            broker.tick(21.7)  # none in the interval: the run is over
+            Peer(broker)  # opened at 0 on the clock, which the ticks do not move: late
+            broker.tick(21.8)  # a first again
+
+    _run(tmp_path, test, clock, settings=settings)
+    told = [m for m in caplog.messages if "CONNECT within" in m]
+    assert told == [
+        "memory closed: no CONNECT within 1s",
+        "memory: 4 more socket(s) closed in the last 10s: no CONNECT within 1s",
+        "memory closed: no CONNECT within 1s",
+    ]
+
+
 def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
