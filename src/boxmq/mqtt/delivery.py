@@ -242,7 +242,9 @@ class Delivery:
             outbox = session.outbox
             log.warning(
                 "client %s: queue full (max_queued %d, max_queued_bytes %d), a QoS %d message "
-                "dropped; further drops are counted and logged every %s",
+                "dropped; further drops are counted and logged every %s. It reads slower than "
+                "its messages come: raise [mqtt.limits] max_queued, or give it a persistent "
+                "session, whose messages wait on disk",
                 session.client_id,
                 outbox.limit,
                 outbox.byte_limit,

@@ -3592,8 +3592,9 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
         run_broker(tmp_path, test, clock, settings=MqttSettings(limits=limits))
     assert [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()] == [
         "client slow: queue full (max_queued 2, max_queued_bytes 67108864), a QoS 1 message "
-        "dropped; "
-        "further drops are counted and logged every 10s",
+        "dropped; further drops are counted and logged every 10s. It reads slower than its "
+        "messages come: raise [mqtt.limits] max_queued, or give it a persistent session, whose "
+        "messages wait on disk",
         "client slow: queue full, 6 more message(s) dropped in the last 10s",
     ]
 
