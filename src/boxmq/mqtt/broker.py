@@ -287,9 +287,10 @@ class Broker:
         self._admission = Admission(self.limits.max_connections)
         self._sys = sys_topics
         self._traffic = Traffic()  # what the connections counted, for $SYS
-        # Sockets closed for sending no CONNECT, by client host: a script or a scanner that
-        # opens them by the hundred wrote a line each; the first told, the rest counted.
-        self._silent: DropLog[str] = DropLog()
+        # Sockets closed at connect_timeout, by client host and why (no CONNECT, or its
+        # password still waiting for its check): a script or a scanner that opens them by the
+        # hundred, or a burst of logins, wrote a line each; the first told, the rest counted.
+        self._silent: DropLog[tuple[str, str]] = DropLog()
         # A record's write that its process did not live to rename leaves a temporary there.
         box.sweep_temporaries_in(records_folder(box.root))
 
@@ -494,25 +495,25 @@ class Broker:
             # for a retry that failed, OSError, and left it waiting): looked at each tick.
             late = now - client.opened > self.limits.connect_timeout
             if late and client.checking is not None:
-                log.info(
-                    "%s closed: no answer within %s: its password still waited for its "
-                    "check (%d check(s) under way or waiting, taking turns by address: many "
-                    "logins at once, or a host guessing passwords?)",
-                    connecting(client, client.checking),
-                    spelled(self.limits.connect_timeout),
-                    len(self._checks),
-                )
+                timeout = spelled(self.limits.connect_timeout)
+                why = f"no answer within {timeout}, the password still waiting for its check"
+                if self._silent.dropped((client.link.peer.host, why), now=now):
+                    log.info(
+                        "%s closed: no answer within %s: its password still waited for its "
+                        "check (%d check(s) under way or waiting, taking turns by address: many "
+                        "logins at once, or a host guessing passwords?)",
+                        connecting(client, client.checking),
+                        timeout,
+                        len(self._checks),
+                    )
                 # Its answer must not come: a TLS socket is in the broker's clients until its
                 # close is over (up to _LINGER), and the check's end would connect it there.
                 client.checking = None
                 client.link.close()
             elif late and not waits_for_claim(client, now):
-                if self._silent.dropped(client.link.peer.host, now=now):
-                    log.info(
-                        "%s closed: no CONNECT within %s",
-                        client.link.peer,
-                        spelled(self.limits.connect_timeout),
-                    )
+                why = f"no CONNECT within {spelled(self.limits.connect_timeout)}"
+                if self._silent.dropped((client.link.peer.host, why), now=now):
+                    log.info("%s closed: %s", client.link.peer, why)
                 client.link.close()
             else:
                 self._timers.set(client, max(now, client.opened + self.limits.connect_timeout))
@@ -530,12 +531,13 @@ class Broker:
         (None: all)."""
         silent = self._silent
         for summary in silent.flush() if now is None else silent.due(now=now):
+            host, why = summary.key
             log.info(
-                "%s: %d more socket(s) closed in the last %s: no CONNECT within %s",
-                summary.key,
+                "%s: %d more socket(s) closed in the last %s: %s",
+                host,
                 summary.dropped,
                 spelled(silent.interval),
-                spelled(self.limits.connect_timeout),
+                why,
             )
 
     def figures(self) -> Figures:

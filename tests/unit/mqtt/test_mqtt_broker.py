@@ -3876,6 +3876,42 @@ def test_a_connect_closed_while_its_password_waits_is_said_so(
     ) in caplog.messages
 
 
+def test_connects_closed_in_a_burst_while_their_passwords_wait_are_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A burst of logins past connect_timeout wrote a line a login (found driving `boxmq
+    serve` with connect_timeout = "1s": 100 logins, 75 lines): one line, then a count."""
+    clock = ManualClock()
+    stuck = StuckCheck()
+    limits = Limits(connect_timeout=3.0)
+
+    async def test(broker: Broker) -> None:
+        peers = []
+        for n in range(5):
+            peer = Peer(broker)
+            peer.peer = PeerAddress("10.0.0.1", 4000 + n)
+            peer.send(Connect(f"c{n}", V5, username="carol", password=b"rose"))
+            peers.append(peer)
+        clock.advance(4)
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            broker.tick(clock.now())
+            clock.advance(10)
+            broker.tick(clock.now())
+        stuck.release.set()
+        assert all(peer.closed for peer in peers)
+
+    _run(tmp_path, test, clock, settings=MqttSettings(authenticator=stuck, limits=limits))
+    told = [m for m in caplog.messages if "within 3s" in m]
+    assert len(told) == 2, told
+    assert told[0].endswith("closed: no answer within 3s: its password still waited for its "
+        "check (5 check(s) under way or waiting, taking turns by address: many logins at once, "
+        "or a host guessing passwords?)")  # fmt: skip
+    assert told[1] == (
+        "10.0.0.1: 4 more socket(s) closed in the last 10s: no answer within 3s, the password "
+        "still waiting for its check"
+    )
+
+
 def test_a_close_during_a_flood_of_password_checks_starts_no_more(tmp_path: Path) -> None:
     """Checks waiting their turn by address were not dropped at the close, so a check under
     way that ended after it gave the next one to the shut-down pool: a RuntimeError in a
