@@ -1034,7 +1034,7 @@ def test_a_client_reconnecting_in_a_loop_is_told_a_few_times_then_counted(
         connect("steady").close()  # now and then: told each time
 
     with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-        _run(tmp_path, test, clock)
+        run_broker(tmp_path, test, clock)
     told = [m for m in caplog.messages if m.startswith("client ")]
     assert [m.split(" from ")[0] for m in told] == [
         "client looper connected",
@@ -3230,7 +3230,7 @@ def test_sockets_that_send_no_connect_are_told_once_then_counted(
             Peer(broker)  # opened at 0 on the clock, which the ticks do not move: late
             broker.tick(21.8)  # a first again
 
-    _run(tmp_path, test, clock, settings=settings)
+    run_broker(tmp_path, test, clock, settings=settings)
     told = [m for m in caplog.messages if "CONNECT within" in m]
     assert told == [
         "memory closed: no CONNECT within 1s",
@@ -3900,7 +3900,7 @@ def test_connects_closed_in_a_burst_while_their_passwords_wait_are_told_once_the
         stuck.release.set()
         assert all(peer.closed for peer in peers)
 
-    _run(tmp_path, test, clock, settings=MqttSettings(authenticator=stuck, limits=limits))
+    run_broker(tmp_path, test, clock, settings=MqttSettings(authenticator=stuck, limits=limits))
     told = [m for m in caplog.messages if "within 3s" in m]
     assert len(told) == 2, told
     assert told[0].endswith("closed: no answer within 3s: its password still waited for its "
