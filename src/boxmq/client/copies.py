@@ -10,7 +10,16 @@ from collections.abc import Iterable
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.core import QoS
 from boxmq.errors import InvalidArgument, MetadataTooLong
-from boxmq.model import PUBLISHED_RETAINED, QOS, TOPIC, Envelope, Property, PropertyType
+from boxmq.model import (
+    PROPERTIES_FILE,
+    PUBLISHED_RETAINED,
+    QOS,
+    TOPIC,
+    V5_PROPERTIES,
+    Envelope,
+    Property,
+    PropertyType,
+)
 from boxmq.store.names import decode_lenient, encode
 from boxmq.store.retained import Retained
 
@@ -23,6 +32,7 @@ __all__ = [
     "qos_level",
     "replaced_topic",
     "retained_envelope",
+    "sent_retained_envelope",
 ]
 
 
@@ -34,6 +44,25 @@ def retained_envelope(retained: Retained) -> Envelope:
     if envelope.topic == retained.topic:
         return envelope
     return envelope.with_property(TOPIC, PropertyType.STRING, retained.topic)
+
+
+# How a retained file's header names a side file (store/retained.py, PROPERTIES_SIDE_FILE).
+_SIDE_FILE_NAMED = PROPERTIES_FILE + PropertyType.STRING.value + "="
+
+
+def sent_retained_envelope(retained: Retained) -> Envelope:
+    """`retained_envelope`, naming also the side file of v5 properties that the file's header
+    names where its name had no room for the key (a long topic): for a subscriber it is sent
+    to from the file. A copy written into a dropbox has no more room in its name: it goes
+    without them (`retained_envelope`)."""
+    envelope = retained_envelope(retained)
+    named = retained.properties_file
+    if named is None or not named.startswith(_SIDE_FILE_NAMED):
+        return envelope
+    if any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties):
+        return envelope  # its name's own win: a header edited by hand changes nothing
+    key = named.removeprefix(_SIDE_FILE_NAMED)
+    return envelope.with_property(PROPERTIES_FILE, PropertyType.STRING, key)
 
 
 def qos_level(value: object) -> QoS:

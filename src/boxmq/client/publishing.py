@@ -198,6 +198,7 @@ class Publisher:
         message_id: MessageId | None = None,
         reserved: bool = False,
         side_file: bytes | None = None,
+        properties_file: str | None = None,
     ) -> MessageId:
         """Send to every subscription matching `topic`; returns the message id.
 
@@ -209,7 +210,10 @@ class Publisher:
         message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused.
         side_file: the bytes of the side file a door's `properties` name (`bx_v5h`), written
         only where a file will name it: a copy, or the topic's retained message (a delete,
-        with no body, is kept nowhere)."""
+        with no body, is kept nowhere).
+        properties_file: `bx_v5hS=<key>`, a side file already written, for the header of the
+        retained message (`RetainedStore.stage`) when its name has no room for that key (the
+        MQTT door's long topics); its copies go without."""
         validate_topic(topic)
         level = qos_level(qos)
         check_flag("retain", retain)
@@ -241,12 +245,22 @@ class Publisher:
             envelope = as_published_retained(envelope)
         as_retained = retain and not superseded
         try:
-            self._send(envelope, data, level, source, as_retained=as_retained, side_file=side_file)
+            self._send(
+                envelope,
+                data,
+                level,
+                source,
+                as_retained=as_retained,
+                side_file=side_file,
+                properties_file=properties_file,
+            )
         except MetadataTooLong as error:  # raised by `_names`, before anything is written
             at_level = partial(copy_names, levels=(level,))
             if as_retained:  # kept with no subscriber too (MQTT 5.0 §3.3.1.3)
                 envelope, _ = spilled(envelope, self._side_files, at_level, error)
-                self._publish_retained(envelope, data, level, source)
+                self._publish_retained(
+                    envelope, data, level, source, properties_file=properties_file
+                )
             else:
                 # The route the copies take, found once: a subscription made after it gets
                 # no copy, so none can name a side file that was not written.
@@ -271,9 +285,10 @@ class Publisher:
         *,
         as_retained: bool,
         side_file: bytes | None = None,
+        properties_file: str | None = None,
     ) -> None:
         if as_retained:
-            self._publish_retained(envelope, data, level, source, side_file)
+            self._publish_retained(envelope, data, level, source, side_file, properties_file)
         else:
             self._route(envelope, data, level, source, side_file=side_file)
 
@@ -312,6 +327,7 @@ class Publisher:
         level: QoS,
         source: str | None,
         side_file: bytes | None = None,
+        properties_file: str | None = None,
     ) -> None:
         """All or nothing, as the publisher is told: the retained message is written first
         (a full disk refuses it before any copy went out) and put in place last, once the
@@ -324,7 +340,10 @@ class Publisher:
         assert envelope.topic is not None
         with self._retained_lock.shared():
             staged = self._retained.stage(
-                envelope.topic, copy_names(envelope, (level,))[level], data
+                envelope.topic,
+                copy_names(envelope, (level,))[level],
+                data,
+                properties_file=properties_file,
             )
             try:
                 # A retained message names its side file, unless it deletes (no body).

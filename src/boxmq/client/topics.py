@@ -23,7 +23,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
 from boxmq.client.consumer import Consumer
-from boxmq.client.copies import LEVELS, at_qos, qos_level, retained_envelope
+from boxmq.client.copies import (
+    LEVELS,
+    at_qos,
+    qos_level,
+    retained_envelope,
+    sent_retained_envelope,
+)
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.message import qos_of
@@ -784,10 +790,11 @@ class Topics(Publisher):
 
     def retained_reading(self, filter: str) -> Iterator[tuple[Envelope, bytes]]:
         """The retained messages a new subscription to `filter` would get (none if shared),
-        each file read when it is reached: a caller may take a few here and the rest in
-        another thread (one thread at a time)."""
+        naming the side file of their v5 properties where their file's header does
+        (`sent_retained_envelope`), each file read when it is reached: a caller may take a
+        few here and the rest in another thread (one thread at a time)."""
         for found in self._matching_retained(parse_filter(filter)):
-            yield retained_envelope(found), found.body
+            yield sent_retained_envelope(found), found.body
 
     def has_durable(self, topic: str, source: str | None = None) -> bool:
         """Whether a publish to `topic` by `source` would be written into any dropbox (a

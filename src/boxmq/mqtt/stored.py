@@ -10,6 +10,9 @@ Invariants:
   or property bytes that are not a PUBLISH's well-formed list (a name edited by hand), cost
   their messages their properties (logged), never their delivery: they are checked as a
   PUBLISH from a client is before they go out, so no subscriber is sent what it must refuse.
+  A retained message whose topic leaves no room even for the key names its side file in its
+  file's header (`header_side_file`), for the subscribers sent it from there; its copies in
+  dropboxes go without.
 - A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3), at
   most MQTT's 2^32-1 seconds however far off the name's expiration is (a script's
   Long.MAX_VALUE), and none when the name has no expiration (a requeue dropped one that had
@@ -60,6 +63,7 @@ from boxmq.model import (
     RETAINED,
     V5_PROPERTIES,
     Envelope,
+    PropertyType,
     PropertyValue,
     property_text,
 )
@@ -83,6 +87,7 @@ __all__ = [
     "consumer_name",
     "exactly_once_source",
     "group_of",
+    "header_side_file",
     "kept_properties",
     "publication_of",
     "publish_of",
@@ -240,6 +245,23 @@ def store_with_properties(
         with contextlib.suppress(MetadataTooLong):
             return _stored_without(store, group, packet.topic, "its v5 properties", kept)
     return _stored_without(store, {}, packet.topic, "its v5 properties", kept)
+
+
+def header_side_file(
+    packet: Publish, properties: dict[str, str], side_files: SideFiles, superseded: bool
+) -> str | None:
+    """`bx_v5hS=<key>` for the header of the retained message `packet` makes when its name
+    holds none of its v5 properties (`properties`, what `store_with_properties` tries: a topic
+    that leaves no room for a side file's key), with the side file written now, before the
+    header names it; else None. The subscribers sent it from its file get them; its copies
+    in dropboxes go without (they have no more room)."""
+    if not packet.retain or superseded or V5_PROPERTIES in properties:
+        return None
+    if PROPERTIES_FILE in properties or not packet.properties.raw:
+        return None
+    kept = kept_properties(packet, side_files, spill=True)
+    key = kept.get(PROPERTIES_FILE)
+    return None if key is None else f"{PROPERTIES_FILE}{PropertyType.STRING.value}={key}"
 
 
 def _stored_without(

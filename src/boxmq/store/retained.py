@@ -2,7 +2,8 @@
 
     <root>/topic-root/.retained/<sha256 of the topic>
 
-Each file is one JSON header line (the topic and the message's encoded name) and then the body;
+Each file is one JSON header line (the topic, the message's encoded name, and the side file of
+its v5 properties where the name has no room for its key: PROPERTIES_SIDE_FILE) and then the body;
 the sweep, which looks for expired ones, reads the header line alone (`RetainedStore.remove_if`).
 Topics can be longer than a file name, hence the hash. A new retained message replaces the old
 one with one rename; an empty body deletes it (MQTT 5.0 §3.3.1.3). While an exactly-once
@@ -46,6 +47,7 @@ from boxmq.store.topics import exactly_once_markers, incoming_working
 
 __all__ = [
     "ASIDE_PREFIX",
+    "PROPERTIES_SIDE_FILE",
     "RETAINED_DIR",
     "Marked",
     "Retained",
@@ -57,6 +59,10 @@ __all__ = [
 ]
 
 RETAINED_DIR = ".retained"  # under topic-root/
+# The header's field naming the side file of a message's v5 properties that its name has no
+# room for, as `bx_v5hS=<key>`: the form the side files' collection finds in a name, so that
+# a boxmq that does not know this field keeps the file too (and sends the message without).
+PROPERTIES_SIDE_FILE = "properties_file"
 # A file the expiry sweep moved aside to delete it (`_remove_judged`): not a `.tmp-`, which
 # the temporaries' sweep deletes unread, since one a sweep killed there left may be a
 # publisher's new message, to be put back (`_put_back`).
@@ -68,6 +74,9 @@ class Retained:
     topic: str
     name: str  # the message's DropboxMQ name (its metadata)
     body: bytes
+    # `PROPERTIES_SIDE_FILE`'s value: `bx_v5hS=<key>`, the side file of the message's v5
+    # properties where its name had no room for that key (a long topic); None if none.
+    properties_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +137,15 @@ class RetainedStore:
     def _path(self, topic: str) -> str:
         return os.path.join(self._dir, _file_name(topic))
 
-    def stage(self, topic: str, name: str, body: bytes) -> Staged:
+    def stage(
+        self, topic: str, name: str, body: bytes, *, properties_file: str | None = None
+    ) -> Staged:
         """Write `body` beside the topic's retained message, which stays until `replace`
         (or `discard`); an empty `body` is a delete, a tombstone while a marker is on the
-        root (see the module's docstring). Raises the OSError of a failed write, leaving
-        nothing behind."""
+        root (see the module's docstring). `properties_file` (`bx_v5hS=<key>`) goes in the
+        header (PROPERTIES_SIDE_FILE): the side file is written before, and the committer's
+        flush at `replace` covers it as it covers this file. Raises the OSError of a failed
+        write, leaving nothing behind."""
         if not body and not (_holds_any(self._markers) and _holds_any(self._incoming)):
             # No publication marked delivered is to be finished, or one whose deliver
             # looked at the retained file before now is under way: whether its restart
@@ -151,7 +164,10 @@ class RetainedStore:
             if not body:  # a tombstone: nothing to write, so 2 system calls, not 6
                 os.close(os.open(temporary, _CREATE, 0o666))
                 return Staged(self._path(topic), temporary)
-            header = json.dumps({"topic": topic, "name": name}).encode() + b"\n"
+            fields = {"topic": topic, "name": name}
+            if properties_file is not None:
+                fields[PROPERTIES_SIDE_FILE] = properties_file
+            header = json.dumps(fields).encode() + b"\n"
             with open(temporary, "wb") as out:
                 out.write(header + body)
         except OSError as error:
@@ -417,7 +433,10 @@ def _load(path: str) -> Retained | None:
     # a message with an empty body, which MQTT reads as a delete (§3.3.1.3) and a subscriber
     # would get as one.
     fields = _fields(header) if newline else None
-    return None if fields is None else Retained(*fields, body)
+    if fields is None:
+        return None
+    topic, name, properties_file = fields
+    return Retained(topic, name, body, properties_file)
 
 
 def _open_header(
@@ -443,20 +462,23 @@ def _open_header(
         finally:
             os.close(fd)
         return None
-    return _Opened(fields[0], RetainedHeader(*fields), fd)
+    return _Opened(fields[0], RetainedHeader(fields[0], fields[1]), fd)
 
 
-def _fields(header: bytes) -> tuple[str, str] | None:
-    """The topic and name a file's first line holds; None if it is damaged, as a power cut
+def _fields(header: bytes) -> tuple[str, str, str | None] | None:
+    """The topic, name and PROPERTIES_SIDE_FILE (None if none, or not a string) a file's
+    first line holds; None if it is damaged, as a power cut
     can leave it under fsync interval or never (renamed, its data never written, or only
     part of it: a first line with no newline after it is damaged too): passed by,
     as if the topic had none, not read as the failure of every subscription its topic
     matches. The topic's next retained message replaces it."""
     try:
         fields = json.loads(header)
-        return str(fields["topic"]), str(fields["name"])
+        topic, name = str(fields["topic"]), str(fields["name"])  # a dict's, past here
     except (ValueError, KeyError, TypeError):
         return None
+    side = fields.get(PROPERTIES_SIDE_FILE)
+    return topic, name, side if isinstance(side, str) else None
 
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC

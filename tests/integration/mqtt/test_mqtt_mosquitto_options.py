@@ -204,6 +204,28 @@ CASES = {
         T/p|hello|||
         """,
     ),
+    # a 60-byte topic leaves a retained message's name no room for its properties' side file
+    # key: its file's header names the side file, and a new subscription gets them all
+    "publish-properties-long-topic": Case(
+        """
+        for q in 0 1 2; do
+          L=$T/$q-topic-of-sixty-bytes-that-leaves-a-name-no-room-for-a-key
+          pub -V 5 -r -q $q -t $L -m hello$q -D publish user-property k v \\
+            -D publish content-type text/plain -D publish response-topic $T/back \\
+            -D publish correlation-data cd
+          sub -V 5 -t $L -C 1 -F '%p|%r|%P|%C|%R|%D'
+        done
+        sub -V 5 -t "$T/+" -C 3 -F '%p|%r|%P|%C|%R|%D' | sort
+        """,
+        """
+        hello0|1|k:v|text/plain|T/back|cd
+        hello1|1|k:v|text/plain|T/back|cd
+        hello2|1|k:v|text/plain|T/back|cd
+        hello0|1|k:v|text/plain|T/back|cd
+        hello1|1|k:v|text/plain|T/back|cd
+        hello2|1|k:v|text/plain|T/back|cd
+        """,
+    ),
     # a retained message past its Message Expiry Interval is not sent
     "message-expiry": Case(
         """

@@ -204,6 +204,29 @@ def test_a_topic_that_leaves_no_room_even_for_the_key_is_stored_without_properti
     assert "no room in a file name for its v5 properties" in caplog.text
 
 
+def test_a_retained_message_without_its_properties_in_its_name_names_their_side_file(
+    tmp_path: Path,
+) -> None:
+    """Its header's field (store/retained.py): written before it is returned, in the form the
+    collection finds; none where the name holds them, for a copy that is not retained, or
+    one that replaces nothing."""
+    side = SideFiles(str(tmp_path))
+    retained = Publish("t", b"x", 1, True, packet_id=1, properties=_LONG)
+    named = stored.header_side_file(retained, {}, side, superseded=False)
+    assert named is not None
+    key = named.removeprefix(PROPERTIES_FILE + PropertyType.STRING.value + "=")
+    assert (tmp_path / ".properties" / key).read_bytes() == _LONG.raw
+    grouped = {GROUP_KEY: "g"}  # the group went alone
+    assert stored.header_side_file(retained, grouped, side, superseded=False) == named
+    assert stored.header_side_file(retained, {}, side, superseded=True) is None
+    in_name = kept_properties(retained, side)
+    assert stored.header_side_file(retained, in_name, side, superseded=False) is None
+    plain = Publish("t", b"x", 1, False, packet_id=1, properties=_LONG)
+    assert stored.header_side_file(plain, {}, side, superseded=False) is None
+    bare = Publish("t", b"x", 1, True, packet_id=1)
+    assert stored.header_side_file(bare, {}, side, superseded=False) is None
+
+
 def test_a_topic_too_long_even_without_properties_is_refused(tmp_path: Path) -> None:
     packet = Publish("t", b"", 1, packet_id=1, properties=_LONG)
 

@@ -1,0 +1,107 @@
+"""A retained message whose name has no room for its v5 properties' side file key names the
+file in its header (store/retained.py, PROPERTIES_SIDE_FILE): the collection keeps the file
+while the message is in place, and takes it once the message is replaced or deleted, or
+when a kill left the file with no message naming it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+from tests.crashes import Killed, kill_at
+
+import boxmq
+from boxmq.mqtt.packets import Publish
+from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.stored import header_side_file
+from boxmq.store.side_files import GRACE, referenced
+
+TOPIC = "t/a-topic-of-sixty-bytes-that-leaves-a-name-no-room-for-a-key"
+PROPERTIES = Properties.build(
+    content_type="text/plain",
+    response_topic="t/back",
+    correlation_data=b"cd",
+    user_properties=[("k", "v")],
+)
+
+
+def _retain(box: boxmq.Box, body: bytes, properties: Properties = PROPERTIES) -> str | None:
+    """What the MQTT door does for a retained PUBLISH whose topic leaves its name no room
+    for the key (mqtt/publishing.py `_write`, its last try): the side file, then the message
+    whose header names it; the header's field."""
+    packet = Publish(TOPIC, body, 1, True, packet_id=1, properties=properties)
+    named = header_side_file(packet, {}, box.side_files, superseded=False)
+    box.topics.publish(TOPIC, body, retain=True, reserved=True, properties_file=named, qos=1)
+    return named
+
+
+def _side_files(box: boxmq.Box) -> list[str]:
+    try:
+        return sorted(os.listdir(box.side_files.path))
+    except FileNotFoundError:
+        return []
+
+
+def test_the_header_keeps_the_side_file_until_the_message_is_replaced_or_deleted(
+    root: Path,
+) -> None:
+    clock = boxmq.ManualClock(time.time())  # ages are measured against the files' mtimes
+    with boxmq.open(root, fsync="never", clock=clock) as box:
+        named = _retain(box, b"first")
+        assert named is not None
+        assert named.startswith("bx_v5hS=")
+        key = named.removeprefix("bx_v5hS=")
+        assert box.side_files.get(key) == PROPERTIES.raw
+        assert referenced(str(root)) == {key}
+        [(envelope, body)] = box.topics.retained_reading(TOPIC)
+        assert (envelope.property_value("bx_v5h"), body) == (key, b"first")
+        # the copy a dropbox gets, and `retained`, keep the name's own: no key
+        assert box.topics.retained(TOPIC)[0].property_value("bx_v5h") is None  # type: ignore[index]
+        clock.advance(GRACE + 1)
+        assert box.side_files.collect(lambda: referenced(str(root)), now=clock.now()) == 0
+        assert _side_files(box) == [key]
+
+        other = Properties.build(content_type="text/other")
+        replaced = _retain(box, b"second", other)
+        assert replaced is not None
+        assert replaced != named
+        assert referenced(str(root)) == {replaced.removeprefix("bx_v5hS=")}
+        clock.advance(GRACE + 1)
+        assert box.side_files.collect(lambda: referenced(str(root)), now=clock.now()) == 1
+        assert _side_files(box) == [replaced.removeprefix("bx_v5hS=")]
+
+        box.topics.publish(TOPIC, b"", retain=True, qos=1)  # a delete
+        assert box.topics.retained(TOPIC) is None
+        assert referenced(str(root)) == set()
+        clock.advance(GRACE + 1)
+        assert box.side_files.collect(lambda: referenced(str(root)), now=clock.now()) == 1
+        assert _side_files(box) == []
+
+
+@pytest.mark.parametrize("step", range(1, 9))
+def test_a_kill_leaves_a_named_side_file_or_one_the_collection_removes(
+    root: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    clock = boxmq.ManualClock(time.time())
+    box = boxmq.open(root, fsync="never", clock=clock)
+    with monkeypatch.context() as dying:
+        kill_at(dying, step)
+        with contextlib.suppress(Killed):
+            _retain(box, b"body")
+    box.close()
+    with boxmq.open(root, fsync="never", clock=clock) as restarted:
+        found = list(restarted.topics.retained_reading(TOPIC))
+        if found:  # in place: its header names a side file that is there, whole
+            [(envelope, body)] = found
+            key = envelope.property_value("bx_v5h")
+            assert isinstance(key, str), f"killed at change {step}"
+            assert restarted.side_files.get(key) == PROPERTIES.raw, f"killed at change {step}"
+            assert body == b"body"
+        clock.advance(GRACE + 1)
+        restarted.sweep(full=True)  # the temporaries a kill left, and the side files
+        restarted.side_files.collect(lambda: referenced(str(root)), now=clock.now())
+        named = referenced(str(root))
+        assert _side_files(restarted) == sorted(named), f"killed at change {step}"
