@@ -255,8 +255,8 @@ def header_side_file(
     that leaves no room for a side file's key), with the side file written now, before the
     header names it; else None. The subscribers sent it from its file get them; its copies
     in dropboxes go without (they have no more room)."""
-    if not packet.retain or superseded or V5_PROPERTIES in properties:
-        return None
+    if not packet.retain or not packet.payload or superseded or V5_PROPERTIES in properties:
+        return None  # not retained, or a delete (no body), which makes no header
     if PROPERTIES_FILE in properties or not packet.properties.raw:
         return None
     kept = kept_properties(packet, side_files, spill=True)

@@ -227,6 +227,15 @@ def test_a_retained_message_without_its_properties_in_its_name_names_their_side_
     assert stored.header_side_file(bare, {}, side, superseded=False) is None
 
 
+def test_a_retained_delete_writes_no_side_file_for_a_header(tmp_path: Path) -> None:
+    """An empty retained PUBLISH deletes the topic's retained message and makes no header:
+    a side file written for one would be named by nothing, left for the hourly collection."""
+    side = SideFiles(str(tmp_path))
+    delete = Publish("t", b"", 1, True, packet_id=1, properties=_LONG)
+    assert stored.header_side_file(delete, {}, side, superseded=False) is None
+    assert not (tmp_path / ".properties").exists() or not any((tmp_path / ".properties").iterdir())
+
+
 def test_a_topic_too_long_even_without_properties_is_refused(tmp_path: Path) -> None:
     packet = Publish("t", b"", 1, packet_id=1, properties=_LONG)
 
