@@ -245,15 +245,10 @@ class Publisher:
             envelope = as_published_retained(envelope)
         as_retained = retain and not superseded
         try:
-            self._send(
-                envelope,
-                data,
-                level,
-                source,
-                as_retained=as_retained,
-                side_file=side_file,
-                properties_file=properties_file,
-            )
+            if as_retained:
+                self._publish_retained(envelope, data, level, source, side_file, properties_file)
+            else:
+                self._route(envelope, data, level, source, side_file=side_file)
         except MetadataTooLong as error:  # raised by `_names`, before anything is written
             at_level = partial(copy_names, levels=(level,))
             if as_retained:  # kept with no subscriber too (MQTT 5.0 §3.3.1.3)
@@ -275,22 +270,6 @@ class Publisher:
         """A message id made now, in the order of every id this box makes (the exactly-once
         intake's too): for `publish(message_id=...)`."""
         return self._ids.new()
-
-    def _send(
-        self,
-        envelope: Envelope,
-        data: bytes,
-        level: QoS,
-        source: str | None,
-        *,
-        as_retained: bool,
-        side_file: bytes | None = None,
-        properties_file: str | None = None,
-    ) -> None:
-        if as_retained:
-            self._publish_retained(envelope, data, level, source, side_file, properties_file)
-        else:
-            self._route(envelope, data, level, source, side_file=side_file)
 
     def topic_room(
         self,
