@@ -22,6 +22,7 @@ from boxmq.model import (
 )
 from boxmq.store.names import decode_lenient, encode
 from boxmq.store.retained import Retained
+from boxmq.store.side_files import NAMED_AS
 
 __all__ = [
     "LEVELS",
@@ -46,10 +47,6 @@ def retained_envelope(retained: Retained) -> Envelope:
     return envelope.with_property(TOPIC, PropertyType.STRING, retained.topic)
 
 
-# How a retained file's header names a side file (store/retained.py, PROPERTIES_SIDE_FILE).
-_SIDE_FILE_NAMED = PROPERTIES_FILE + PropertyType.STRING.value + "="
-
-
 def sent_retained_envelope(retained: Retained) -> Envelope:
     """`retained_envelope`, naming also the side file of v5 properties that the file's header
     names where its name had no room for the key (a long topic): for a subscriber it is sent
@@ -57,11 +54,11 @@ def sent_retained_envelope(retained: Retained) -> Envelope:
     without them (`retained_envelope`)."""
     envelope = retained_envelope(retained)
     named = retained.properties_file
-    if named is None or not named.startswith(_SIDE_FILE_NAMED):
+    if named is None or not named.startswith(NAMED_AS):
         return envelope
     if any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties):
         return envelope  # its name's own win: a header edited by hand changes nothing
-    key = named.removeprefix(_SIDE_FILE_NAMED)
+    key = named.removeprefix(NAMED_AS)
     return envelope.with_property(PROPERTIES_FILE, PropertyType.STRING, key)
 
 

@@ -40,7 +40,15 @@ from boxmq.store.retained import RETAINED_DIR, read_header
 from boxmq.store.spares import rename_noreplace
 from boxmq.store.temporaries import removed_on_failure, temporary_in
 
-__all__ = ["COLLECT_EVERY", "GRACE", "SIDE_DIR", "SideFiles", "key_of", "referenced"]
+__all__ = [
+    "COLLECT_EVERY",
+    "GRACE",
+    "NAMED_AS",
+    "SIDE_DIR",
+    "SideFiles",
+    "key_of",
+    "referenced",
+]
 
 log = logging.getLogger("boxmq.store")
 
@@ -48,7 +56,10 @@ SIDE_DIR: Final = ".properties"
 GRACE: Final = 3600.0  # seconds a file is kept unnamed: far longer than a put takes to commit
 COLLECT_EVERY: Final = 600.0  # seconds between collections: each lists every file of the root
 _KEY = re.compile(r"[0-9a-f]{32}")
-_NAMED = re.compile(re.escape(PROPERTIES_FILE + PropertyType.STRING.value) + r"=([0-9a-f]{32})")
+# How a name, or a retained file's header (PROPERTIES_SIDE_FILE), names a side file: this
+# and its key. The collection finds every key so written.
+NAMED_AS: Final = PROPERTIES_FILE + PropertyType.STRING.value + "="
+_NAMED = re.compile(re.escape(NAMED_AS) + r"([0-9a-f]{32})")
 _DOOMED = ".gc-"  # a file `collect` is deciding about: renamed out of the way first
 _CACHED = 256  # files kept in memory: a fan-out's copies are read back one after another
 # and their bytes, together, past the newest: a file may be as large as a packet (1 MiB), and
