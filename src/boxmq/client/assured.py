@@ -899,8 +899,8 @@ def _checked_name(envelope: Envelope, *, to_topic: bool) -> str:
 
 def _topic_refusal(copy: Envelope, limit: int, words: Words) -> str:
     """What the topic takes of its copies' names, over `limit`, and how long it could be."""
-    topic = _taken(copy, TOPIC)
-    room = limit - (len(encode(copy, limit=_UNLIMITED)) - topic)
+    rest = _length_without(copy, TOPIC)
+    topic, room = _length(copy) - rest, limit - rest
     return (
         f"once delivered, {words.the_topic} takes {topic} bytes of a copy's file name once "
         "escaped (a character other than A-Z, a-z, 0-9, - and _ takes 3 to 12), over its "
@@ -953,24 +953,29 @@ def _senders_own_only(envelope: Envelope) -> bool:
     return all(p.name in _SENDERS_OWN for p in envelope.properties)
 
 
-def _taken(envelope: Envelope, name: str) -> int:
-    """The bytes property `name`'s escaped text takes of `envelope`'s name: less it, emptied."""
+def _length(envelope: Envelope) -> int:
+    """The bytes of `envelope`'s name, whatever its limit."""
+    return len(encode(envelope, limit=_UNLIMITED))
+
+
+def _length_without(envelope: Envelope, name: str) -> int:
+    """`_length` with property `name`'s text emptied: what the rest of the name takes. Less
+    it, `_length` gives what that text takes once escaped; less it, a limit the room left."""
     emptied = tuple(
         Property(p.name, p.type, "") if p.name == name else p for p in envelope.properties
     )
-    whole = len(encode(envelope, limit=_UNLIMITED))
-    return whole - len(encode(replace(envelope, properties=emptied), limit=_UNLIMITED))
+    return _length(replace(envelope, properties=emptied))
 
 
 def _senders_refusal(envelope: Envelope, limit: int, words: Words) -> str:
     """What of `envelope`'s name, over `limit`, each of the sender's texts takes once escaped
     and how long its id could be: the one text it can always choose again."""
-    whole = len(encode(envelope, limit=_UNLIMITED))
-    msg_id, source = _taken(envelope, SOURCE_MESSAGE_ID), _taken(envelope, SOURCE)
-    room = limit - (whole - msg_id)
+    whole, rest = _length(envelope), _length_without(envelope, SOURCE_MESSAGE_ID)
+    msg_id, source = whole - rest, whole - _length_without(envelope, SOURCE)
+    room = limit - rest
     others = f"{words.source.format(envelope.property_value(SOURCE))} takes {source}"
     if (topic := envelope.property_value(TOPIC)) is not None:
-        others += f" and {words.the_topic} takes {_taken(envelope, TOPIC)}"
+        others += f" and {words.the_topic} takes {whole - _length_without(envelope, TOPIC)}"
     said = (
         f"{words.the_msg_id} takes {msg_id} bytes of the stored message's file name once "
         "escaped (a character other than A-Z, a-z, 0-9, - and _ takes 3 to 12), over its "
