@@ -530,7 +530,7 @@ class Broker:
         """Log the sockets closed without a CONNECT counted in the intervals over by `now`
         (None: all)."""
         silent = self._silent
-        for summary in silent.flush() if now is None else silent.due(now=now):
+        for summary in silent.summaries(now=now):
             host, why = summary.key
             log.info(
                 "%s: %d more socket(s) closed in the last %s: %s",

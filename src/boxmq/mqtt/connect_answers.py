@@ -128,7 +128,7 @@ class ConnectAnswers:
         """Log the refusals and the reconnections counted in the intervals over by `now`
         (None: all, at close)."""
         connections = self._connections
-        for again in connections.flush() if now is None else connections.due(now=now):
+        for again in connections.summaries(now=now):
             # INFO: a script that connects to publish, again and again, does so by design.
             log.info(
                 "client %s connected %d more time(s) in the last %s, their lines at debug "
@@ -138,7 +138,7 @@ class ConnectAnswers:
                 spelled(connections.interval),
             )
         refusals = self._refusals
-        for summary in refusals.flush() if now is None else refusals.due(now=now):
+        for summary in refusals.summaries(now=now):
             host, words = summary.key
             log.info(
                 "%s: %d more CONNECT(s) refused in the last %s: %s",

@@ -258,8 +258,7 @@ class Delivery:
 
     def report_drops(self, *, now: float | None = None) -> None:
         """Log the drops counted in the intervals over by `now` (None: all of them, now)."""
-        summaries = self._drops.flush() if now is None else self._drops.due(now=now)
-        for summary in summaries:
+        for summary in self._drops.summaries(now=now):
             log.warning(
                 "client %s: queue full, %d more message(s) dropped in the last %s",
                 summary.key,

@@ -329,7 +329,7 @@ class StoreFailureLog:
     def tell(self, *, now: float | None = None) -> None:
         """Log the refusals counted in the intervals over by `now` (None: all)."""
         counts = self._counts
-        for summary in counts.flush() if now is None else counts.due(now=now):
+        for summary in counts.summaries(now=now):
             log.error(
                 "%s: %d more packet(s) not stored in the last %s (the client told of each "
                 "but QoS 0 ones, which only the subscribers served from memory got): %s",

@@ -113,6 +113,11 @@ class DropLog(Generic[Key]):
                 del self._runs[key]
         return summaries
 
+    def summaries(self, *, now: float | None = None) -> list[Summary[Key]]:
+        """The counts of the intervals over by `now` (`due`), or every count not told yet
+        when `now` is None (`flush`: the broker is closing): what each summariser tells."""
+        return self.flush() if now is None else self.due(now=now)
+
     def shift(self, by: float) -> None:
         """The wall clock was stepped `by` seconds (MqttServer tells it): the intervals under
         way end that much later or sooner, so a count says what `interval` it was over (a

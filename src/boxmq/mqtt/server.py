@@ -869,7 +869,7 @@ class MqttServer:
         """Log the failed handshakes counted in the intervals over by `now` (None: all), and
         the sockets closed for a protocol error (`protocol_failed`)."""
         counts = self._failed_handshakes
-        for summary in counts.flush() if now is None else counts.due(now=now):
+        for summary in counts.summaries(now=now):
             host, words = summary.key
             log.info(
                 "%s: %d more TLS handshake(s) failed in the last %s: %s",
@@ -879,7 +879,7 @@ class MqttServer:
                 words,
             )
         errors = self._protocol_errors
-        for summary in errors.flush() if now is None else errors.due(now=now):
+        for summary in errors.summaries(now=now):
             host, words = summary.key
             log.info(
                 "%s: %d more connection(s) closed in the last %s: %s",

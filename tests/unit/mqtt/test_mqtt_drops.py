@@ -25,6 +25,18 @@ def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
     assert drops.flush() == []
 
 
+def test_summaries_are_the_due_counts_at_a_tick_and_every_count_at_close() -> None:
+    drops: DropLog[str] = DropLog(interval=10)
+    for t in (0, 1, 2):
+        drops.dropped("slow", now=t)
+    drops.dropped("late", now=5)
+    drops.dropped("late", now=6)
+    assert drops.summaries(now=9.9) == []
+    assert drops.summaries(now=10) == [Summary("slow", 2)]  # "late"'s interval goes on
+    assert drops.summaries() == [Summary("late", 1)]  # closing: what is still counted
+    assert drops.summaries() == []
+
+
 def test_the_first_few_of_a_run_are_told_when_asked() -> None:
     """Reconnections (connect_answers.py): a client that comes back after a blip is told."""
     connections: DropLog[str] = DropLog(interval=10, told=3)
