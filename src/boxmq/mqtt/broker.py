@@ -70,7 +70,7 @@ from boxmq.mqtt.connect_terms import connecting
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disconnects import stop_reading, take_disconnect
 from boxmq.mqtt.disk import Job
-from boxmq.mqtt.drops import DropLog
+from boxmq.mqtt.drops import DropLog, tell_by_host
 from boxmq.mqtt.errors import ProtocolError
 from boxmq.mqtt.idle_walk import IdleWalk
 from boxmq.mqtt.lifetimes import Lifetimes
@@ -470,7 +470,7 @@ class Broker:
         self._delivery.report_drops(now=now)
         self._connects.tell_counts(now=now)
         self._batches.failures.tell(now=now)
-        self._tell_silent(now)
+        tell_by_host(self._silent, "socket(s) closed", now=now)
         if self._sys.due(now):
             self._publish_sys(now)
         # What other processes dropped, locks and delays that ended: the sessions with news
@@ -525,20 +525,6 @@ class Broker:
             self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         else:
             self._timers.set(client, deadline)
-
-    def _tell_silent(self, now: float | None) -> None:
-        """Log the sockets closed without a CONNECT counted in the intervals over by `now`
-        (None: all)."""
-        silent = self._silent
-        for summary in silent.summaries(now=now):
-            host, why = summary.key
-            log.info(
-                "%s: %d more socket(s) closed in the last %s: %s",
-                host,
-                summary.dropped,
-                spelled(silent.interval),
-                why,
-            )
 
     def figures(self) -> Figures:
         """This server's figures now, for $SYS (sys_figures.py)."""
@@ -634,7 +620,7 @@ class Broker:
         self._delivery.report_drops()  # the counts of unfinished intervals, not lost
         self._connects.tell_counts()
         self._batches.failures.tell()
-        self._tell_silent(None)
+        tell_by_host(self._silent, "socket(s) closed", now=None)
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay

@@ -34,7 +34,7 @@ from boxmq.mqtt.connect_terms import (
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disconnects import stop_reading
 from boxmq.mqtt.disk import Job, no_answer
-from boxmq.mqtt.drops import DropLog
+from boxmq.mqtt.drops import DropLog, tell_by_host
 from boxmq.mqtt.lifetimes import CLAIMED, AfterDiskWork, Lifetimes
 from boxmq.mqtt.packets import Connack, Connect, ProtocolVersion
 from boxmq.mqtt.password_checks import PasswordChecks
@@ -137,16 +137,7 @@ class ConnectAnswers:
                 again.dropped,
                 spelled(connections.interval),
             )
-        refusals = self._refusals
-        for summary in refusals.summaries(now=now):
-            host, words = summary.key
-            log.info(
-                "%s: %d more CONNECT(s) refused in the last %s: %s",
-                host,
-                summary.dropped,
-                spelled(refusals.interval),
-                words,
-            )
+        tell_by_host(self._refusals, "CONNECT(s) refused", now=now)
 
     def answer(self, client: Client, packet: Connect) -> None:
         """A connection's first packet, its CONNECT: answered now, or once its password is

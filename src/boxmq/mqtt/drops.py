@@ -18,20 +18,25 @@ A client that reconnects in a loop (connect_answers.py) is counted by client id,
 few connections of a run told (`told`): one that comes back once after a network blip is
 told as always.
 
-Sans-IO: the caller passes `now` and writes the lines. No count is lost: every drop is
+Sans-IO: the caller passes `now` and writes the lines (those of the counts by client host
+and reason, all alike, with `tell_by_host`). No count is lost: every drop is
 either told as a first or counted into a later summary, and `flush` hands over what is
 still counted (at shutdown).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
 from boxmq.clock import periodic_due
+from boxmq.core.durations import spelled
 
-__all__ = ["DropLog", "Refusals", "Summary"]
+__all__ = ["DropLog", "Refusals", "Summary", "tell_by_host"]
+
+log = logging.getLogger("boxmq.mqtt")
 
 INTERVAL: Final = 10.0  # seconds between two summary lines for one client
 
@@ -130,3 +135,19 @@ class DropLog(Generic[Key]):
         summaries = [Summary(k, run.counted) for k, run in self._runs.items() if run.counted]
         self._runs.clear()
         return summaries
+
+
+def tell_by_host(counts: DropLog[tuple[str, str]], what: str, *, now: float | None) -> None:
+    """Log the counts by client host and reason over by `now` (None: all, at close), one line
+    each: "host: 3 more `what` in the last 10s: reason" (refused CONNECTs, sockets closed
+    silent or for a protocol error, failed TLS handshakes)."""
+    for summary in counts.summaries(now=now):
+        host, words = summary.key
+        log.info(
+            "%s: %d more %s in the last %s: %s",
+            host,
+            summary.dropped,
+            what,
+            spelled(counts.interval),
+            words,
+        )

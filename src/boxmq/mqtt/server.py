@@ -72,7 +72,7 @@ from boxmq.host_names import HOST_NAME_RULE
 from boxmq.mqtt import brokers
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.connection import Connection
-from boxmq.mqtt.drops import DropLog, Refusals
+from boxmq.mqtt.drops import DropLog, Refusals, tell_by_host
 from boxmq.mqtt.peer_address import PeerAddress, peer_address
 from boxmq.mqtt.settings import (
     Listener,
@@ -868,26 +868,8 @@ class MqttServer:
     def tell_failed_handshakes(self, *, now: float | None = None) -> None:
         """Log the failed handshakes counted in the intervals over by `now` (None: all), and
         the sockets closed for a protocol error (`protocol_failed`)."""
-        counts = self._failed_handshakes
-        for summary in counts.summaries(now=now):
-            host, words = summary.key
-            log.info(
-                "%s: %d more TLS handshake(s) failed in the last %s: %s",
-                host,
-                summary.dropped,
-                spelled(counts.interval),
-                words,
-            )
-        errors = self._protocol_errors
-        for summary in errors.summaries(now=now):
-            host, words = summary.key
-            log.info(
-                "%s: %d more connection(s) closed in the last %s: %s",
-                host,
-                summary.dropped,
-                spelled(errors.interval),
-                words,
-            )
+        tell_by_host(self._failed_handshakes, "TLS handshake(s) failed", now=now)
+        tell_by_host(self._protocol_errors, "connection(s) closed", now=now)
 
     def protocol_failed(self, peer: PeerAddress, words: str) -> None:
         """Log a socket closed for a protocol error: the first from a client address for that

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.mqtt.drops import DropLog, Summary
+from boxmq.mqtt.drops import DropLog, Summary, tell_by_host
 
 
 def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
@@ -97,3 +100,16 @@ def test_a_step_told_moves_the_interval_under_way() -> None:
     drops.shift(-7200)
     assert drops.due(now=3712 - 7200) == []
     assert drops.due(now=3720 - 7200) == [Summary("slow", 1)]
+
+
+def test_counts_by_host_are_told_one_line_each(caplog: pytest.LogCaptureFixture) -> None:
+    refusals: DropLog[tuple[str, str]] = DropLog(interval=10)
+    for t in (0, 1, 2):
+        refusals.dropped(("10.0.0.7", "Bad user name or password"), now=t)
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        tell_by_host(refusals, "CONNECT(s) refused", now=9)
+        assert caplog.messages == []  # the interval goes on
+        tell_by_host(refusals, "CONNECT(s) refused", now=10)
+    assert caplog.messages == [
+        "10.0.0.7: 2 more CONNECT(s) refused in the last 10s: Bad user name or password"
+    ]
