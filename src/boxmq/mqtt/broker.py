@@ -467,10 +467,7 @@ class Broker:
             self._lifetimes.adopt_the_dead()
             self._lifetimes.finish_ends()
             self._records.retry()
-        self._delivery.report_drops(now=now)
-        self._connects.tell_counts(now=now)
-        self._batches.failures.tell(now=now)
-        tell_by_host(self._silent, "socket(s) closed", now=now)
+        self._tell_counts(now)
         if self._sys.due(now):
             self._publish_sys(now)
         # What other processes dropped, locks and delays that ended: the sessions with news
@@ -525,6 +522,15 @@ class Broker:
             self._kick(client, _R.KEEP_ALIVE_TIMEOUT, "keep-alive timeout")
         else:
             self._timers.set(client, deadline)
+
+    def _tell_counts(self, now: float | None) -> None:
+        """Log the counts of lines held back (drops.py) over by `now` (None: all, at close):
+        messages full queues dropped, CONNECTs refused, reconnections, packets the disk
+        refused, sockets closed silent."""
+        self._delivery.report_drops(now=now)
+        self._connects.tell_counts(now=now)
+        self._batches.failures.tell(now=now)
+        tell_by_host(self._silent, "socket(s) closed", now=now)
 
     def figures(self) -> Figures:
         """This server's figures now, for $SYS (sys_figures.py)."""
@@ -617,10 +623,7 @@ class Broker:
         for client in list(self._clients.values()):
             self._kick(client, _R.SERVER_SHUTTING_DOWN, "server shutting down")
         await self._batches.wait_all()
-        self._delivery.report_drops()  # the counts of unfinished intervals, not lost
-        self._connects.tell_counts()
-        self._batches.failures.tell()
-        tell_by_host(self._silent, "socket(s) closed", now=None)
+        self._tell_counts(None)  # the counts of unfinished intervals, not lost
         for session in list(self._sessions.values()):
             for subscriber in self._durable.pop(session.client_id, {}).values():
                 subscriber.detach()  # dropboxes, groups, a persistent session's locks stay
