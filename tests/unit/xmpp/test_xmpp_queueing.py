@@ -499,9 +499,7 @@ def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire, box: boxmq.Bo
     assert sorted(delivered) == sorted(items)
     assert box.queue("jobs").counts().done == 5
     # and alice is no longer subscribed
-    reply = wire.iq(
-        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-    )
+    reply = wire.unsubscribe(ALICE)
     assert condition(reply) == ("cancel", "unexpected-request")
 
 
@@ -550,14 +548,10 @@ def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
     item = wire.publish()
     assert wire.events() == [(ALICE, "item", item)]
     wire.subscribe(BOB, 1)
-    reply = wire.iq(
-        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-    )
+    reply = wire.unsubscribe(ALICE)
     assert reply.get("type") == "result"
     assert wire.events() == [(BOB, "item", item)]
-    again = wire.iq(
-        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-    )
+    again = wire.unsubscribe(ALICE)
     assert condition(again) == ("cancel", "unexpected-request")
 
 
@@ -571,10 +565,7 @@ def test_the_unlocks_after_an_unsubscribe_are_answered_until_the_locks_would_end
         wire.subscribe(ALICE, 2)
         first, second = wire.publish(), wire.publish()
         assert {item for _, _, item in wire.events()} == {first, second}
-        unsubscribe = (
-            f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-        )
-        assert wire.iq(ALICE, unsubscribe).get("type") == "result"
+        assert wire.unsubscribe(ALICE).get("type") == "result"
         assert wire.unlock(ALICE, first).get("type") == "result"
         assert condition(wire.unlock(ALICE, first)) == ("wait", "unexpected-request")
         assert wire.events() == []  # no notification: she is not subscribed
@@ -595,10 +586,7 @@ def test_the_unlocks_after_an_unsubscribe_are_answered_across_unavailable_presen
         wire.subscribe(ALICE, 2)
         first, second = wire.publish(), wire.publish()
         assert {item for _, _, item in wire.events()} == {first, second}
-        unsubscribe = (
-            f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-        )
-        assert wire.iq(ALICE, unsubscribe).get("type") == "result"
+        assert wire.unsubscribe(ALICE).get("type") == "result"
         wire.service.gone(ALICE)
         assert wire.unlock(ALICE, first).get("type") == "result"
         assert condition(wire.unlock(ALICE, first)) == ("wait", "unexpected-request")
@@ -615,8 +603,7 @@ def test_an_unlock_after_subscribing_again_unlocks_the_item_held_again(wire: Wir
     wire.subscribe(ALICE, 1)
     item = wire.publish()
     assert wire.events() == [(ALICE, "item", item)]
-    unsubscribe = f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-    assert wire.iq(ALICE, unsubscribe).get("type") == "result"
+    assert wire.unsubscribe(ALICE).get("type") == "result"
     wire.subscribe(ALICE, 1)
     wire.subscribe(BOB, 1)
     deadline = time.monotonic() + 5
@@ -926,9 +913,7 @@ def test_a_subscriber_retrieves_its_subscriptions_all_or_of_one_node(
         ],
     )
     assert subscriptions("mail") == ("mail", [{**alice, "node": "mail", "subid": mail_subid}])
-    wire.iq(
-        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-    )
+    wire.unsubscribe(ALICE)
     assert subscriptions("jobs") == ("jobs", [])
     disco = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}'/>", type="get")
     features = {f.get("var") for f in disco.iter(ns.tag(ns.DISCO_INFO, "feature"))}
@@ -1082,9 +1067,7 @@ def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
     assert wire.service.poll() == 0  # no error: the subscription ends, and alice is told
     deleted = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete"
     assert [s.get("to") for s in wire.take() if s.find(deleted) is not None] == [ALICE]
-    reply = wire.iq(
-        ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-    )
+    reply = wire.unsubscribe(ALICE)
     assert condition(reply) == ("cancel", "item-not-found")  # the topic `jobs` now
 
 

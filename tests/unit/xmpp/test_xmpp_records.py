@@ -90,9 +90,7 @@ def test_a_subscription_that_ends_takes_its_record_with_it(
     wire.subscribe(BOB, 1)
     assert len(_recorded(box)) == 2
     if how == "unsubscribe":
-        reply = wire.iq(
-            ALICE, f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='alice@localhost'/></pubsub>"
-        )
+        reply = wire.unsubscribe(ALICE)
         assert reply.get("type") == "result"
         left = 1
     elif how == "gone":  # unavailable presence

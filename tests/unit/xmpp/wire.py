@@ -100,6 +100,12 @@ class Wire:
             jid, f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{bare}'/>{options}</pubsub>"
         )
 
+    def unsubscribe(self, jid: str, node: str = "jobs") -> ET.Element:
+        bare = jid.split("/")[0]
+        return self.iq(
+            jid, f"<pubsub xmlns='{PS}'><unsubscribe node='{node}' jid='{bare}'/></pubsub>"
+        )
+
     def publish(self, payload: str = "<job xmlns='urn:example'>1</job>", node: str = "jobs") -> str:
         reply = self.iq(
             CAROL,
