@@ -18,7 +18,7 @@ from tests.unit.xmpp.wire import ALICE, Wire, condition
 from boxmq.xmpp import ns
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.forms import FormError, submitted, without_blanks
-from boxmq.xmpp.requests import Configure, Subscribe, parse_iq, parse_request
+from boxmq.xmpp.requests import Configure, Request, Subscribe, parse_iq, parse_request
 
 _FORM_TYPE = ns.SUBSCRIBE_OPTIONS
 _NODE_CONFIG = ns.NODE_CONFIG
@@ -58,23 +58,27 @@ def _submitted(*fields: tuple[str, str | list[str] | None]) -> Form:
     return form
 
 
-def _iq(payload: str) -> ET.Element:
-    return ET.fromstring(
+def _request(payload: str) -> Request | tuple[str, str, str | None]:
+    """The request an iq from alice carrying `payload` asks for, or the error it is answered
+    with (type, condition, pubsub condition)."""
+    iq = ET.fromstring(
         "<iq xmlns='jabber:component:accept' type='set' id='1' from='alice@localhost/r'"
         f" to='pubsub.localhost'>{payload}</iq>"
     )
+    try:
+        return parse_request(parse_iq(iq))
+    except StanzaError as error:
+        return error.condition.type, error.condition.name, error.condition.pubsub
 
 
 def _options(form: Form | str) -> dict[str, str] | tuple[str, str, str | None] | None:
     """What a subscribe carrying `form` asks for, or the error it is answered with."""
-    iq = _iq(
+    request = _request(
         f"<pubsub xmlns='{ns.PUBSUB}'><subscribe node='jobs' jid='alice@localhost'/>"
         f"<options node='jobs'>{form}</options></pubsub>"
     )
-    try:
-        request = parse_request(parse_iq(iq))
-    except StanzaError as error:
-        return error.condition.type, error.condition.name, error.condition.pubsub
+    if isinstance(request, tuple):
+        return request
     assert isinstance(request, Subscribe)
     return request.options
 
@@ -85,13 +89,11 @@ def _config(
     """What a configure submit carrying `form` asks for, or the error it is answered with; the
     form's FORM_TYPE made `form_type`, so that one form is tried as options and as config."""
     written = str(form).replace(_FORM_TYPE, form_type)
-    iq = _iq(
+    request = _request(
         f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><configure node='jobs'>{written}</configure></pubsub>"
     )
-    try:
-        request = parse_request(parse_iq(iq))
-    except StanzaError as error:
-        return error.condition.type, error.condition.name, error.condition.pubsub
+    if isinstance(request, tuple):
+        return request
     assert isinstance(request, Configure)
     return request.config
 
