@@ -555,42 +555,27 @@ def test_unsubscribe_releases_the_locks_to_the_others(wire: Wire) -> None:
     assert condition(again) == ("cancel", "unexpected-request")
 
 
+@pytest.mark.parametrize("gone", [False, True], ids=["subscribed", "then-unavailable"])
 def test_the_unlocks_after_an_unsubscribe_are_answered_until_the_locks_would_end(
-    manual_box: boxmq.Box, clock: ManualClock
+    manual_box: boxmq.Box, clock: ManualClock, gone: bool
 ) -> None:
     # XEP-0254 §4: "unsubscribe and then unlock all of its outstanding queue items". The
     # unsubscribe gave them back; each unlock is answered result, once, until the lock it
     # asks to end would have timed out anyway; after that, the usual unexpected-request.
+    # `gone`: a subscriber that unsubscribed, lost its connection (unavailable presence) and
+    # came back to send those unlocks: the presence took nothing more, so each unlock is
+    # still answered result, not wait/unexpected-request, which tells it to try again (and
+    # again) later.
     with wired(manual_box, lock_timeout=10, now=clock.now) as wire:
         wire.subscribe(ALICE, 2)
         first, second = wire.publish(), wire.publish()
         assert {item for _, _, item in wire.events()} == {first, second}
         assert wire.unsubscribe(ALICE).get("type") == "result"
+        if gone:
+            wire.service.gone(ALICE)
         assert wire.unlock(ALICE, first).get("type") == "result"
         assert condition(wire.unlock(ALICE, first)) == ("wait", "unexpected-request")
         assert wire.events() == []  # no notification: she is not subscribed
-        clock.advance(10)
-        wire.service.expire(clock.now())
-        assert condition(wire.unlock(ALICE, second)) == ("wait", "unexpected-request")
-        assert manual_box.queue("jobs").counts().ready == 2
-
-
-def test_the_unlocks_after_an_unsubscribe_are_answered_across_unavailable_presence(
-    manual_box: boxmq.Box, clock: ManualClock
-) -> None:
-    # A subscriber that unsubscribed, lost its connection (unavailable presence) and came
-    # back to send the unlocks XEP-0254 §4 asks for: the unsubscribe gave the items back,
-    # the presence took nothing more, so each unlock is still answered result, not
-    # wait/unexpected-request, which tells it to try again (and again) later.
-    with wired(manual_box, lock_timeout=10, now=clock.now) as wire:
-        wire.subscribe(ALICE, 2)
-        first, second = wire.publish(), wire.publish()
-        assert {item for _, _, item in wire.events()} == {first, second}
-        assert wire.unsubscribe(ALICE).get("type") == "result"
-        wire.service.gone(ALICE)
-        assert wire.unlock(ALICE, first).get("type") == "result"
-        assert condition(wire.unlock(ALICE, first)) == ("wait", "unexpected-request")
-        assert wire.events() == []
         clock.advance(10)
         wire.service.expire(clock.now())
         assert condition(wire.unlock(ALICE, second)) == ("wait", "unexpected-request")
