@@ -102,6 +102,5 @@ def test_a_kill_leaves_a_named_side_file_or_one_the_collection_removes(
             assert body == b"body"
         clock.advance(GRACE + 1)
         restarted.sweep(full=True)  # the temporaries a kill left, and the side files
-        restarted.side_files.collect(lambda: referenced(str(root)), now=clock.now())
         named = referenced(str(root))
         assert _side_files(restarted) == sorted(named), f"killed at change {step}"
