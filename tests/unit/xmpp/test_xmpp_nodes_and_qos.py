@@ -20,6 +20,7 @@ from tests.unit.xmpp.wire import (
     SERVICE,
     Wire,
     condition,
+    error_text,
     wired,
 )
 
@@ -205,7 +206,7 @@ def test_a_subscribe_to_a_topic_node_no_publish_fits_is_refused_as_its_publish_i
     long = "a/" * 26 + "bb"  # 26 '/' of 3 bytes each escaped, 28 letters: 106 bytes
     refused = wire.subscribe(BOB, 1, node=long)
     assert condition(refused) == ("modify", "bad-request")
-    text = refused.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    text = error_text(refused)
     assert "takes 106 bytes, and at most 79 fit" in text, text
     assert long in text, text
     assert (
@@ -237,12 +238,10 @@ def test_disco_of_a_topic_node_no_publish_fits_is_refused_as_its_subscribe_is(
         for node in (long, f"{long}/+"):
             reply = wire.iq(ALICE, f"<query xmlns='{query}' node='{node}'/>", type="get")
             assert condition(reply) == ("modify", "bad-request"), (query, node)
-            text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+            text = error_text(reply)
             assert "could never receive an item" in text, text
         reply = wire.iq(ALICE, f"<query xmlns='{query}' node='{long}'/>", type="get")
-        assert reply.findtext(f".//{{{ns.STANZAS}}}text") == subscribe.findtext(
-            f".//{{{ns.STANZAS}}}text"
-        )
+        assert error_text(reply) == error_text(subscribe)
     # a filter that fits is a node one subscribes to (Smack's getNode asks disco#info
     # before its subscribe): a leaf, as its subscribe is answered result
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='a/+'/>", type="get")
@@ -363,7 +362,7 @@ def test_a_configuration_field_of_several_values_is_refused_for_the_fixed_config
         "</configure></pubsub>",
     )
     assert condition(refused) == ("modify", "not-acceptable")  # XEP-0060 §8.2.5
-    text = refused.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    text = error_text(refused)
     assert "pubsub#roster_groups_allowed" in text, text
     assert "one fixed configuration" in text, text
     assert "takes one" not in text, text
@@ -381,7 +380,7 @@ def test_a_refused_configuration_says_the_one_the_node_has(wire: Wire) -> None:
             f"{_config_form({'boxmq#lock_timeout': '5'})}</configure></pubsub>",
         )
         assert condition(refused) == ("modify", "not-acceptable")
-        text = refused.findtext(f".//{{{ns.STANZAS}}}text") or ""
+        text = error_text(refused)
         assert "boxmq#lock_timeout='5' cannot be applied" in text, text
         for setting in (
             "pubsub#node_type=leaf",
@@ -402,7 +401,7 @@ def test_delete_removes_the_queue_and_its_subscribers(wire: Wire, box: boxmq.Box
     again = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='jobs'/></pubsub>")
     assert condition(again) == ("cancel", "item-not-found")
     # in the door's words: not the API's (the server's folder, `boxmq ls`, a queue)
-    assert again.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") == "no node 'jobs'"
+    assert error_text(again) == "no node 'jobs'"
     # created again, it starts afresh: a new item reaches a new subscriber at once
     wire.create()
     wire.subscribe(ALICE, 1)
@@ -550,7 +549,7 @@ def test_a_topic_node_with_subscribers_is_not_allowed_to_be_deleted_and_keeps_th
     wire.subscribe(BOB, 1, node="sensors/1")
     reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='sensors/1'/></pubsub>")
     assert condition(reply) == ("cancel", "not-allowed")  # XEP-0060 §8.4.3: cannot be deleted
-    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    text = error_text(reply)
     assert "topic" in text, text
     assert str(root) not in text, text
     item = wire.publish(node="sensors/1")
@@ -562,7 +561,7 @@ def test_the_delete_of_a_node_that_does_not_exist_names_the_node_not_the_folder(
 ) -> None:
     reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><delete node='nothing'/></pubsub>")
     assert condition(reply) == ("cancel", "item-not-found")  # XEP-0060 §8.4.3
-    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    text = error_text(reply)
     assert "'nothing'" in text, text
     assert str(root) not in text, text
     assert "boxmq ls" not in text, text
@@ -622,7 +621,7 @@ def test_a_queue_deleted_by_another_process_is_not_found_by_an_owner_request(
         type="set" if asks == "delete" else "get",
     )
     assert condition(reply) == ("cancel", "item-not-found")
-    assert "no node 'jobs'" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+    assert "no node 'jobs'" in error_text(reply)
     assert _deletes(wire) == [BOB]  # its subscribers told, as for a delete over XMPP
 
 
@@ -706,7 +705,7 @@ def _answer(reply: ET.Element) -> tuple[str, ...]:
     """A reply as two nodes' can be compared: its type, and an error's condition and text
     or a result's children's tags (node names and ids left out)."""
     if reply.get("type") == "error":
-        text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+        text = error_text(reply)
         return (*condition(reply), text.replace("never", "NODE").replace("jobs", "NODE"))
     return ("result", *(e.tag for e in reply.iter() if e is not reply and e.tag != "item"))
 
@@ -934,7 +933,7 @@ def test_a_msgid_too_long_for_a_file_name_is_refused_naming_the_msgid_and_its_ro
     wire.create()
     refused = wire.iq(CAROL, _wrapped("assured", "m" * 80, "x"), to=NODE_AT)
     assert condition(refused) == ("modify", "bad-request")
-    text = refused.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") or ""
+    text = error_text(refused)
     assert "properties" not in text
     assert "the msgId takes 80 bytes" in text
     assert "at most 61 fit" in text
@@ -944,7 +943,7 @@ def test_a_msgid_too_long_for_a_file_name_is_refused_naming_the_msgid_and_its_ro
     # to a topic node the topic is in the name too, and the text says how long it is
     topic_node = f"{'t' * 60}@{SERVICE}"
     refused = wire.iq(CAROL, _wrapped("assured", "m" * 80, "x"), to=topic_node)
-    text = refused.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") or ""
+    text = error_text(refused)
     assert "the msgId takes 80 bytes" in text
     assert "the node (topic) takes 60" in text
     assert box.queue("jobs").counts().ready == 0
@@ -958,7 +957,7 @@ def test_a_topic_node_too_long_for_its_copies_is_refused_naming_the_node_alone(
     topic_node = f"{'t' * 200}@{SERVICE}"
     refused = wire.iq(CAROL, _wrapped("assured", "m1", "x"), to=topic_node)
     assert condition(refused) == ("modify", "bad-request")
-    text = refused.findtext(".//{urn:ietf:params:xml:ns:xmpp-stanzas}text") or ""
+    text = error_text(refused)
     assert "properties" not in text
     assert "topic" not in text.replace("node (topic)", "")
     assert "the node (topic) takes 200 bytes" in text
@@ -1117,11 +1116,10 @@ def test_limits_answer_resource_constraint_and_untrusted_not_allowed(tmp_path: P
         assert condition(untrusted) == ("cancel", "not-allowed")
         # Named by the JID each sent from, as it knows itself: the intake's source is that JID
         # (MQTT's is an internal `mqtt:` name, which its door says as the client id).
-        said = ".//{urn:ietf:params:xml:ns:xmpp-stanzas}text"
-        assert full.findtext(said) == (
+        assert error_text(full) == (
             f"{CAROL!r}: this message would pass max_pending_per_source (1); try again later"
         )
-        assert untrusted.findtext(said) == f"{ALICE!r} may not send messages exactly once"
+        assert error_text(untrusted) == f"{ALICE!r} may not send messages exactly once"
         wire.service.close()
 
 
@@ -1274,7 +1272,7 @@ def test_the_configure_of_a_node_that_does_not_exist_is_item_not_found(
         type="set" if submit else "get",
     )
     assert condition(reply) == ("cancel", "item-not-found")
-    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    text = error_text(reply)
     assert "'nothing'" in text, text
     assert str(root) not in text, text
     # with a subscriber here the topic node exists: its form is read

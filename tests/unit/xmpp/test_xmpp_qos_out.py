@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition, wired
+from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition, error_text, wired
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -205,7 +205,7 @@ def _invalid_options(reply: ET.Element) -> None:
     is; the QoS level's was a plain bad-request, which does not say the options were at fault."""
     assert condition(reply) == ("modify", "bad-request"), ET.tostring(reply)
     assert reply.find(f".//{{{ns.PUBSUB_ERRORS}}}invalid-options") is not None, ET.tostring(reply)
-    assert "boxmq#qos" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+    assert "boxmq#qos" in error_text(reply)
 
 
 def test_an_unknown_level_is_invalid_options(wire: Wire) -> None:

@@ -9,7 +9,17 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, CAROL, PS, Wire, condition, in_stream, wired
+from tests.unit.xmpp.wire import (
+    ALICE,
+    BOB,
+    CAROL,
+    PS,
+    Wire,
+    condition,
+    error_text,
+    in_stream,
+    wired,
+)
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -173,7 +183,7 @@ def test_a_jid_that_differs_in_the_case_of_its_local_or_domain_part_is_ones_own(
 def test_a_subscribe_naming_no_jid_is_invalid_jid(wire: Wire) -> None:
     reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='a@b/'/></pubsub>")
     assert condition(reply) == ("modify", "bad-request")
-    assert "'a@b/' is no JID" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+    assert "'a@b/' is no JID" in error_text(reply)
 
 
 def test_a_sender_written_in_other_case_is_the_same_lock_holder(wire: Wire, box: boxmq.Box) -> None:
@@ -376,19 +386,16 @@ def test_a_lock_refusal_names_the_subscribers_jid_not_its_internal_consumer(wire
     wire.events()
     waiting = wire.publish()  # nobody has room: never delivered to anyone
 
-    def text(reply: ET.Element) -> str:
-        return reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
-
     for act in (wire.retract, wire.unlock):
-        forbidden = text(act(other, waiting))
+        forbidden = error_text(act(other, waiting))
         assert f"{other} did not receive" in forbidden, forbidden
-        conflict = text(act(other, held))
+        conflict = error_text(act(other, held))
         assert "locked by another subscriber" in conflict, conflict
         assert "xmpp." not in forbidden + conflict
     wire.unlock(holder, held)
     wire.events()
     for act in (wire.retract, wire.unlock):
-        gone = text(act(holder, held))
+        gone = error_text(act(holder, held))
         assert f"{holder} no longer holds the lock" in gone, gone
         assert "xmpp." not in gone, gone
 
@@ -432,7 +439,7 @@ def test_a_retract_or_unlock_of_two_items_is_bad_request_and_touches_neither(
         type="get" if verb == "unlock" else "set",
     )
     assert condition(reply) == ("modify", "bad-request")
-    assert "one item per request" in (reply.findtext(f".//{{{ns.STANZAS}}}text") or "")
+    assert "one item per request" in error_text(reply)
     assert wire.events() == []
     assert box.queue("jobs").counts().locked == 2  # both still hers, as they were
     for item in (first, second):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, PS, Wire, condition
+from tests.unit.xmpp.wire import ALICE, PS, Wire, condition, error_text
 
 from boxmq.xmpp import ns
 
@@ -128,6 +128,6 @@ def test_show_values_of_several_values_is_refused_for_the_show_not_for_the_count
     # refused "has 3 values: it takes one", as if one value would do, where no value is taken
     reply = _subscribe(wire, ("pubsub#show-values", ["chat", "online", "away"]))
     _invalid_options(reply, "pubsub#show-values")
-    text = reply.findtext(f".//{{{ns.STANZAS}}}text") or ""
+    text = error_text(reply)
     assert "whatever the subscriber's show" in text, text
     assert "takes one" not in text, text

@@ -150,6 +150,11 @@ def condition(reply: ET.Element) -> tuple[str, str]:
     return error.get("type", ""), names[0]
 
 
+def error_text(reply: ET.Element) -> str:
+    """The RFC 6120 <text/> of an iq-error, what it tells a person; "" for none."""
+    return reply.findtext(f".//{{{STANZA_NS}}}text") or ""
+
+
 @contextlib.contextmanager
 def wired(
     box: boxmq.Box,
