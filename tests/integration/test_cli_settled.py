@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests.integration.test_cli import boxmq_cli, ok
+from tests.stats import recorded_stats
 
 import boxmq
 from boxmq import cli
@@ -80,14 +80,7 @@ def test_a_refused_settle_looks_the_message_up_by_id_not_by_reading_every_settle
             got = jobs.get()
             assert got is not None
             got.ack()
-    stats: list[str] = []
-    real_stat = os.stat
-
-    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-        stats.append(str(path))
-        return real_stat(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "stat", stat)
+    stats = recorded_stats(monkeypatch)
     assert cli.main(["--data", str(root), "--fsync", "never", "ack", "jobs", ids[7]]) == 1
     assert capsys.readouterr().err.strip() == (
         f"boxmq ack: {ids[7]}: settled already: it was acked, and is in processed/ (nothing to do)"

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from tests.integration.mqtt.clients import put_file
+from tests.stats import recorded_stats
 
 import boxmq
 from boxmq import State
@@ -213,19 +214,14 @@ def test_find_reads_only_the_names_that_may_be_its_message_s(
     300,000, what a refused `boxmq ack` did to say a message was settled already)."""
     jobs = box.queue("jobs")
     ids = jobs.put_many([b"x"] * 200)
-    stats: list[str] = []
     decodes: list[str] = []
-    real_stat, real_decode = os.stat, lifecycle.envelope_of
-
-    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-        stats.append(str(path))
-        return real_stat(path, *args, **kwargs)
+    real_decode = lifecycle.envelope_of
 
     def envelope_of(name: str) -> Any:
         decodes.append(name)
         return real_decode(name)
 
-    monkeypatch.setattr(os, "stat", stat)
+    stats = recorded_stats(monkeypatch)
     monkeypatch.setattr(queue_module, "envelope_of", envelope_of)
     found = jobs.find(ids[150])
     assert found is not None

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.stats import recorded_stats
 
 from boxmq.errors import QueueNotFound
 from boxmq.store.commit import Committer, FsyncPolicy
@@ -41,16 +42,9 @@ def test_opening_a_queue_looks_at_its_target_once(
     # folders the queue lacks looked at it again, where only the three others may be missing.
     for state in State:
         (tmp_path / "q" / state.value).mkdir(parents=True)
-    looks: list[str] = []
-    real = os.stat
-
-    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-        looks.append(os.path.basename(os.fspath(path)))
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "stat", stat)
+    stats = recorded_stats(monkeypatch)
     Dropbox(str(tmp_path / "q"), committer, create=False)
-    assert sorted(looks) == sorted(s.value for s in State)
+    assert sorted(map(os.path.basename, stats)) == sorted(s.value for s in State)
 
 
 def test_a_move_into_a_state_folder_not_made_yet_makes_it_and_no_other(

@@ -7,10 +7,10 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
+from tests.stats import recorded_stats
 from tests.unit.xmpp.wire import (
     ALICE,
     BOB,
@@ -473,17 +473,10 @@ def test_retrieving_affiliations_looks_at_each_queue_once(
     # missing folders: 2 and 5 looks, where 1 and 2 do (the listing's, the Dropbox's).
     wire.create("jobs")  # known here, as it was created through the service
     box.queue("mail").set_owner("alice@localhost")  # made elsewhere: not known here
-    looks: list[str] = []
-    real = os.stat
-
-    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
-        if os.path.basename(os.fspath(path)) == "target":
-            looks.append(os.path.basename(os.path.dirname(os.fspath(path))))
-        return real(path, *args, **kwargs)
-
-    monkeypatch.setattr(os, "stat", stat)
+    stats = recorded_stats(monkeypatch)
     owner = {"affiliation": "owner"}
     assert _affiliations(wire, ALICE) == [{**owner, "node": "jobs"}, {**owner, "node": "mail"}]
+    looks = [os.path.basename(os.path.dirname(p)) for p in stats if os.path.basename(p) == "target"]
     assert sorted(looks) == ["jobs", "mail", "mail"]
 
 
