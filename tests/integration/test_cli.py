@@ -1694,6 +1694,17 @@ def test_an_argument_no_command_takes_is_refused_with_the_command_s_usage(
     assert not (root / "pw").exists()
 
 
+def _refused_as_unrecognized(root: Path, args: tuple[str, ...], says: str) -> None:
+    """`boxmq *args` is a usage error whose last line names the arguments not recognized
+    and ends with `(says)`, and no queue q is made."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"boxmq {args[0]}: error: unrecognized arguments: "), last
+    assert last.endswith(f" ({says})"), last
+    assert not (root / "q").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "meant"),
     [
@@ -1710,12 +1721,7 @@ def test_a_misspelt_option_is_refused_with_the_option_it_looks_like(
     """A new user's typo (`--priorty`) was told only "unrecognized arguments", left to find
     the option in the usage above; as a misspelt config key is, it is now named, and nothing
     is done (found by typing the README's tour with typos)."""
-    done = boxmq_cli(root, *args)
-    assert done.returncode == 2
-    last = done.stderr.splitlines()[-1]
-    assert last.startswith(f"boxmq {args[0]}: error: unrecognized arguments: "), last
-    assert last.endswith(f" (did you mean {meant}?)"), last
-    assert not (root / "q").exists()
+    _refused_as_unrecognized(root, args, f"did you mean {meant}?")
 
 
 @pytest.mark.parametrize("args", [("purge", "q", "--colour"), ("ls", "--x")])
@@ -1746,12 +1752,7 @@ def test_another_command_s_option_for_the_same_folder_is_refused_with_this_one_s
     --state: `purge q --from error`, requeue's word, was told only "unrecognized arguments"
     (far from any of purge's options by spelling), now the option purge has for it (found
     typing the README's tour after a requeue)."""
-    done = boxmq_cli(root, *args)
-    assert done.returncode == 2
-    last = done.stderr.splitlines()[-1]
-    assert last.startswith(f"boxmq {args[0]}: error: unrecognized arguments: "), last
-    assert last.endswith(f" ({says})"), last
-    assert not (root / "q").exists()
+    _refused_as_unrecognized(root, args, says)
 
 
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
