@@ -21,6 +21,7 @@ from tests.unit.xmpp.wire import (
     Wire,
     condition,
     error_text,
+    form_values,
     wired,
 )
 
@@ -278,10 +279,7 @@ def test_create_of_a_topic_node_that_has_subscribers_is_conflict(wire: Wire) -> 
 def test_configure_returns_the_form_and_accepts_a_submission(wire: Wire) -> None:
     wire.create()
     reply = wire.iq(ALICE, f"<pubsub xmlns='{OWNER}'><configure node='jobs'/></pubsub>", type="get")
-    values = {
-        f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
-        for f in reply.iter(ns.tag(ns.DATA, "field"))
-    }
+    values = form_values(reply)
     assert values["boxmq#destination"] == "queue"
     submit = wire.iq(
         ALICE,

@@ -6,7 +6,17 @@ from collections.abc import Iterator
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, BOB, PS, SERVICE, Wire, condition, error_text, wired
+from tests.unit.xmpp.wire import (
+    ALICE,
+    BOB,
+    PS,
+    SERVICE,
+    Wire,
+    condition,
+    error_text,
+    form_values,
+    wired,
+)
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -219,10 +229,7 @@ def test_an_unknown_level_changing_a_subscription_is_invalid_options_and_changes
 ) -> None:
     assert _subscribe(wire, ALICE, "acknowledged").get("type") == "result"
     _invalid_options(_subscribe(wire, ALICE, "twice", queue_requests=5))
-    in_force = {
-        f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
-        for f in wire.subscribe(ALICE, None).iter(ns.tag(ns.DATA, "field"))
-    }
+    in_force = form_values(wire.subscribe(ALICE, None))
     assert in_force["boxmq#qos"] == "acknowledged"
     assert in_force["pubsub#queue_requests"] == "1"
 

@@ -17,6 +17,7 @@ from tests.unit.xmpp.wire import (
     Wire,
     condition,
     error_text,
+    form_values,
     in_stream,
     wired,
 )
@@ -979,10 +980,7 @@ def test_subscribing_again_with_other_options_takes_them(wire: Wire) -> None:
     first, second, third = wire.publish(), wire.publish(), wire.publish()
     assert [e[2] for e in wire.events()] == [first]  # one slot
     reply = wire.subscribe(ALICE, 3)
-    values = {
-        f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
-        for f in reply.iter(ns.tag(ns.DATA, "field"))
-    }
+    values = form_values(reply)
     assert values["pubsub#queue_requests"] == "3"  # the options in force now
     assert [e[2] for e in wire.events()] == [second, third]  # and it holds up to three
 
@@ -1030,10 +1028,7 @@ def test_subscribing_again_with_one_option_keeps_the_other(wire: Wire) -> None:
             f"<x xmlns='jabber:x:data' type='submit'>{form_type}{given}</x></options></pubsub>",
         )
         assert reply.get("type") == "result", ET.tostring(reply)
-        return {
-            f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
-            for f in reply.iter(ns.tag(ns.DATA, "field"))
-        }
+        return form_values(reply)
 
     in_force = options(("boxmq#qos", "acknowledged"))
     assert in_force["pubsub#queue_requests"] == "3"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, PS, Wire, condition, error_text
+from tests.unit.xmpp.wire import ALICE, PS, Wire, condition, error_text, form_values
 
 from boxmq.xmpp import ns
 
@@ -39,11 +39,7 @@ def _invalid_options(reply: ET.Element, field: str) -> None:
 
 def _queue_requests_in_force(wire: Wire) -> str | None:
     """The queue_requests of alice's subscription, as a subscribe without options answers it."""
-    reply = wire.subscribe(ALICE, None)
-    for field in reply.iter(ns.tag(ns.DATA, "field")):
-        if field.get("var") == "pubsub#queue_requests":
-            return field.findtext(ns.tag(ns.DATA, "value"))
-    return None
+    return form_values(wire.subscribe(ALICE, None)).get("pubsub#queue_requests")
 
 
 def test_an_unknown_field_is_refused_naming_it_and_nothing_is_subscribed(wire: Wire) -> None:

@@ -150,6 +150,15 @@ def condition(reply: ET.Element) -> tuple[str, str]:
     return error.get("type", ""), names[0]
 
 
+def form_values(reply: ET.Element) -> dict[str | None, str | None]:
+    """Each field of the data form in `reply` (a subscribe's options, a node's
+    configuration), by its var, and its first value."""
+    return {
+        f.get("var"): f.findtext(ns.tag(ns.DATA, "value"))
+        for f in reply.iter(ns.tag(ns.DATA, "field"))
+    }
+
+
 def error_text(reply: ET.Element) -> str:
     """The RFC 6120 <text/> of an iq-error, what it tells a person; "" for none."""
     return reply.findtext(f".//{{{STANZA_NS}}}text") or ""
