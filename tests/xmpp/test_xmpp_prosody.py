@@ -451,7 +451,7 @@ def test_slixmpps_node_config_form_asking_two_node_types_is_not_acceptable(
                 form = Form()  # type: ignore[no-untyped-call]
                 form["type"] = "submit"
                 form.add_field(  # type: ignore[no-untyped-call]
-                    var="FORM_TYPE", ftype="hidden", value=ns.PUBSUB + "#node_config"
+                    var="FORM_TYPE", ftype="hidden", value=ns.NODE_CONFIG
                 )
                 form.add_field(var="pubsub#node_type", value=node_type)  # type: ignore[no-untyped-call]
                 return form
