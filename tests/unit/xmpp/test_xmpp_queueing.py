@@ -1014,19 +1014,9 @@ def test_subscribing_again_with_one_option_keeps_the_other(wire: Wire) -> None:
     # queue_requests was in force already; and one that gives queue_requests alone keeps
     # its level.
     wire.subscribe(ALICE, 3)
-    form_type = (
-        f"<field var='FORM_TYPE' type='hidden'><value>{ns.SUBSCRIBE_OPTIONS}</value></field>"
-    )
 
     def options(*fields: tuple[str, str]) -> dict[str | None, str | None]:
-        given = "".join(
-            f"<field var='{var}'><value>{value}</value></field>" for var, value in fields
-        )
-        reply = wire.iq(
-            ALICE,
-            f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
-            f"<x xmlns='jabber:x:data' type='submit'>{form_type}{given}</x></options></pubsub>",
-        )
+        reply = wire.subscribe_with_options(ALICE, *fields)
         assert reply.get("type") == "result", ET.tostring(reply)
         return form_values(reply)
 
@@ -1037,12 +1027,7 @@ def test_subscribing_again_with_one_option_keeps_the_other(wire: Wire) -> None:
     assert in_force["pubsub#queue_requests"] == "2"
     assert in_force["boxmq#qos"] == "acknowledged"
     # a first subscribe still needs it
-    reply = wire.iq(
-        BOB,
-        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='bob@localhost'/><options>"
-        f"<x xmlns='jabber:x:data' type='submit'>{form_type}"
-        "<field var='boxmq#qos'><value>acknowledged</value></field></x></options></pubsub>",
-    )
+    reply = wire.subscribe_with_options(BOB, ("boxmq#qos", "acknowledged"))
     assert condition(reply) == ("modify", "not-acceptable")
 
 

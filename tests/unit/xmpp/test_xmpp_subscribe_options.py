@@ -11,24 +11,13 @@ from __future__ import annotations
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import ALICE, PS, Wire, condition, error_text, form_values
+from tests.unit.xmpp.wire import ALICE, Wire, condition, error_text, form_values
 
 from boxmq.xmpp import ns
 
 
 def _subscribe(wire: Wire, *fields: tuple[str, str | list[str]]) -> ET.Element:
-    given = "".join(
-        f"<field var='{var}'>"
-        + "".join(f"<value>{v}</value>" for v in ([value] if isinstance(value, str) else value))
-        + "</field>"
-        for var, value in fields
-    )
-    return wire.iq(
-        ALICE,
-        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='alice@localhost'/><options>"
-        "<x xmlns='jabber:x:data' type='submit'><field var='FORM_TYPE' type='hidden'>"
-        f"<value>{ns.SUBSCRIBE_OPTIONS}</value></field>{given}</x></options></pubsub>",
-    )
+    return wire.subscribe_with_options(ALICE, *fields)
 
 
 def _invalid_options(reply: ET.Element, field: str) -> None:

@@ -86,18 +86,32 @@ class Wire:
         return self.iq(ALICE, f"<pubsub xmlns='{PS}'><create node='{node}'/></pubsub>")
 
     def subscribe(self, jid: str, queue_requests: int | None, node: str = "jobs") -> ET.Element:
-        options = ""
         if queue_requests is not None:
-            options = (
-                f"<options><x xmlns='jabber:x:data' type='submit'>"
-                "<field var='FORM_TYPE' type='hidden'>"
-                f"<value>{ns.SUBSCRIBE_OPTIONS}</value></field>"
-                f"<field var='pubsub#queue_requests'><value>{queue_requests}</value></field>"
-                "</x></options>"
+            return self.subscribe_with_options(
+                jid, ("pubsub#queue_requests", str(queue_requests)), node=node
             )
         bare = jid.split("/")[0]
         return self.iq(
-            jid, f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{bare}'/>{options}</pubsub>"
+            jid, f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{bare}'/></pubsub>"
+        )
+
+    def subscribe_with_options(
+        self, jid: str, *fields: tuple[str, str | list[str]], node: str = "jobs"
+    ) -> ET.Element:
+        """A subscribe whose options form gives `fields` after its FORM_TYPE, each with its
+        value or, a list, its several values."""
+        given = "".join(
+            f"<field var='{var}'>"
+            + "".join(f"<value>{v}</value>" for v in ([value] if isinstance(value, str) else value))
+            + "</field>"
+            for var, value in fields
+        )
+        bare = jid.split("/")[0]
+        return self.iq(
+            jid,
+            f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{bare}'/><options>"
+            "<x xmlns='jabber:x:data' type='submit'><field var='FORM_TYPE' type='hidden'>"
+            f"<value>{ns.SUBSCRIBE_OPTIONS}</value></field>{given}</x></options></pubsub>",
         )
 
     def unsubscribe(self, jid: str, node: str = "jobs") -> ET.Element:
