@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -583,14 +582,13 @@ def _before_subscribe(args: argparse.Namespace) -> None:
         # mqtt.md's figures, asked of the CLI, waited in silence: each serve answers them
         # from memory to its MQTT clients. Not refused: what an MQTT client an ACL lets
         # publish under $SYS sends is stored, and reaches this subscription.
-        print(
+        output.err(
             output.said(
                 f"{output.said_by(args)}: warning: {args.filter!r} is under $SYS, the MQTT "
                 "server's own topics: each boxmq serve publishes its figures there from memory, "
                 "to its MQTT clients only, so this gets none of them (ask a server: "
                 "mosquitto_sub -t '$SYS/#' -v)"
-            ),
-            file=sys.stderr,
+            )
         )
 
 
