@@ -121,7 +121,6 @@ FEATURES: Final = (
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
-NODE_CONFIG: Final = ns.NODE_CONFIG
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
@@ -854,7 +853,7 @@ class QueueService:
         fields = [
             (var, value, kind) for var, (value, kind) in self._node_config(destination).items()
         ]
-        config = render.form(NODE_CONFIG, fields, type="form")
+        config = render.form(ns.NODE_CONFIG, fields, type="form")
         return render.result(
             iq,
             f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><configure node={_attr(request.node)}>"
