@@ -565,11 +565,13 @@ class QueueService:
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
-            if not self._is_queue(request.node):
+            is_queue = self._is_queue(request.node)  # one look at its folder, for both uses
+            if not is_queue:
                 self._refuse_unreachable_topic(request.node)
             count = _queue_requests(iq, request)
             level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
-            consumer = self._receiver(request.node, consumer_name(iq.sender), count)
+            name = consumer_name(iq.sender)
+            consumer = self._receiver(request.node, name, count, is_queue=is_queue)
             existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
             self._subscriptions.add(existing)
             self._records.add(iq.sender, request.node)
@@ -908,11 +910,12 @@ class QueueService:
             return False
         return True
 
-    def _receiver(self, node: str, name: str, queue_requests: int) -> Receiver:
+    def _receiver(self, node: str, name: str, queue_requests: int, *, is_queue: bool) -> Receiver:
         """A queue's consumer, or a member of the topic's XMPP share group: the XMPP
         subscribers of a topic node compete for its messages as a queue's do (XEP-0254),
-        while every other subscription of the topic (MQTT's) gets its own copy."""
-        if self._is_queue(node):
+        while every other subscription of the topic (MQTT's) gets its own copy. `is_queue` as
+        the subscribe found it: a second look at a topic's folder was a second stat."""
+        if is_queue:
             return self._queue(node).consumer(
                 name, max_in_flight=queue_requests, lock_timeout=self._lock_timeout
             )

@@ -810,6 +810,26 @@ def test_acknowledged_to_a_known_queue_looks_at_no_folder_first(
         assert "jobs" not in other.queues()  # published to the topic: not made again
 
 
+def test_a_subscribe_to_a_topic_node_looks_at_its_folder_once(
+    wire: Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The subscribe asked whether the node was a queue to refuse a topic no publish fits,
+    # then again to choose its receiver: two looks at a folder that is not there.
+    from boxmq.store.layout import no_dropbox
+    from boxmq.xmpp import service
+
+    looks: list[str] = []
+
+    def counted(path: str) -> bool:
+        looks.append(path)
+        return real(path)
+
+    real = no_dropbox
+    monkeypatch.setattr(service, "no_dropbox", counted)
+    assert wire.subscribe(BOB, 1, node="sensors/1").get("type") == "result"
+    assert len(looks) == 1
+
+
 def _wrapped(kind: str, msg_id: str | None, body: str) -> str:
     at = f" msgId='{msg_id}'" if msg_id else ""
     return (
