@@ -28,6 +28,7 @@ from boxmq.errors import (
 
 __all__ = [
     "INTERNAL",
+    "INVALID_JID",
     "INVALID_OPTIONS",
     "NOT_ACCEPTABLE",
     "STOPPING",
@@ -69,6 +70,9 @@ STOPPING: Final = Condition("wait", "remote-server-timeout")
 # (§8.2.5). One place, so that the reader and the service cannot word one refusal two ways.
 INVALID_OPTIONS: Final = Condition("modify", "bad-request", "invalid-options")
 NOT_ACCEPTABLE: Final = Condition("modify", "not-acceptable")
+# A subscribe whose jid is no JID, as its reader finds it, or not the requester's own, as the
+# service does (XEP-0060 §6.1.3.1): one condition for both.
+INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 
 
 def condition_for(error: BoxMQError) -> Condition:

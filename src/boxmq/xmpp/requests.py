@@ -14,7 +14,7 @@ from typing import Final
 from xml.etree.ElementTree import Element
 
 from boxmq.xmpp import ns
-from boxmq.xmpp.conditions import INVALID_OPTIONS, NOT_ACCEPTABLE, Condition
+from boxmq.xmpp.conditions import INVALID_JID, INVALID_OPTIONS, NOT_ACCEPTABLE, Condition
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.forms import FormError, SeveralValues, submitted
 from boxmq.xmpp.jids import normal
@@ -163,7 +163,6 @@ Request = (
 BAD_REQUEST: Final = Condition("modify", "bad-request")
 SERVICE_UNAVAILABLE: Final = Condition("cancel", "service-unavailable")
 _INVALID_PAYLOAD: Final = Condition("modify", "bad-request", "invalid-payload")
-_INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")  # XEP-0060 §6.1.3.1
 # XEP-0060 §7.1.3.6 and §7.2.3.4: a publish to a node whose items are kept (every node here),
 # or a retract, that names no item
 _ITEM_REQUIRED: Final = Condition("modify", "bad-request", "item-required")
@@ -296,7 +295,7 @@ def _jid(verb: Element, iq: Iq) -> str:
         return bare(iq.sender)
     jid = normal(written)
     if jid is None:
-        raise StanzaError(_INVALID_JID, f"{written!r} is no JID")
+        raise StanzaError(INVALID_JID, f"{written!r} is no JID")
     return jid
 
 

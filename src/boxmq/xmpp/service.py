@@ -51,6 +51,7 @@ from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import (
     INTERNAL,
+    INVALID_JID,
     INVALID_OPTIONS,
     NOT_ACCEPTABLE,
     STOPPING,
@@ -122,7 +123,6 @@ SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subs
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
-_INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 # An <assured/>'s texts in a stored name, as its sender knows them (urn:xmpp:qos, XEP-0060)
 _ASSURED_WORDS: Final = Words(
@@ -559,7 +559,7 @@ class QueueService:
 
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
         if bare(request.jid) != bare(iq.sender):
-            raise StanzaError(_INVALID_JID, "subscribe your own JID")
+            raise StanzaError(INVALID_JID, "subscribe your own JID")
         if request.options is not None:  # before anything is subscribed or changed
             refuse_unserved(request.options)
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
