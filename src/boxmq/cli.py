@@ -202,14 +202,16 @@ def _home_folder(args: argparse.Namespace) -> str:
     opens no root, so its --data is not read."""
     for key in ("file",) if args.name == "passwd" else ("data", "config"):
         path = getattr(args, key, None)
-        if path is None or not str(path).startswith("~"):
+        if path is None or not path.startswith("~"):
             continue
         home = os.path.expanduser(path)
         if home.startswith("~"):  # left as it was: no such user, or no $HOME for a bare ~
             user = path[1:].partition("/")[0]
             missing = f"this machine has no user {user}" if user else "$HOME is not set"
-            given = "$BOXMQ_DATA" if isinstance(path, Default) else f"--{key}"
-            given = "FILE" if key == "file" else given  # passwd's, a positional
+            if key == "file":
+                given = "FILE"  # passwd's, a positional
+            else:
+                given = "$BOXMQ_DATA" if isinstance(path, Default) else f"--{key}"
             return f"{given} {path!r}: {missing}, so ~ names no home folder: write its full path"
         setattr(args, key, Default(home) if isinstance(path, Default) else home)
     return ""

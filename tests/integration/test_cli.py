@@ -1830,6 +1830,8 @@ def test_a_data_folder_under_a_quoted_tilde_is_in_the_home_folder(
     )
     assert done.returncode == 2, done.stderr
     assert "no user no-such-user-xyz" in done.stderr, done.stderr
+    named = "--data" if given == "flag" else "$BOXMQ_DATA"  # what the user wrote it in
+    assert f"{named} '~no-such-user-xyz/q': " in done.stderr, done.stderr
     assert list(here.iterdir()) == []
 
 
