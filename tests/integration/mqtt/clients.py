@@ -30,6 +30,7 @@ from boxmq.clock import Clock
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.session_record import read_record
 from boxmq.mqtt.settings import Listener, MqttSettings
+from boxmq.store.process import process_token
 from boxmq.store.topics import read_records
 
 WAIT = 10.0  # seconds any single expected event may take
@@ -569,3 +570,23 @@ def persistent_paho(served: RunningServer, client_id: str, v5: bool) -> Paho:
     """A paho client whose session outlives its connection: v5 with an hour's Session Expiry
     Interval, 3.1.1 with clean session 0."""
     return paho(served, client_id, v5=v5, clean=False, expiry=3600 if v5 else None)
+
+
+def marked_and_bound(running: RunningServer, why: str) -> None:
+    """Waits for the broker's mark in .mqtt/brokers/ (made at a tick once the disk takes it;
+    `why` fails the wait), then checks what the mark is for: `boxmq unsubscribe` refuses to end
+    the share group membership of a connected client that is not persistent."""
+    root = running.root
+    mark = root / ".mqtt" / "brokers" / process_token()
+    deadline = time.monotonic() + WAIT
+    while not mark.exists():
+        assert time.monotonic() < deadline, why
+        time.sleep(0.05)
+    np = paho(running, "np", v5=True)  # not persistent: its membership bound to us
+    try:
+        np.subscribe("$share/h/r/#", 1)
+        refused = boxmq_cli(root, "unsubscribe", "$share/h/r/#", "--name", "np")
+        assert refused.returncode == 1, refused
+        assert "np is the client id of an MQTT client connected" in refused.stderr
+    finally:
+        np.stop()

@@ -24,8 +24,8 @@ from tests.integration.mqtt.clients import (
     WAIT,
     Paho,
     RunningServer,
-    boxmq_cli,
     drop,
+    marked_and_bound,
     paho,
     recorded_away,
     recorded_will_sent,
@@ -39,7 +39,6 @@ from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 from boxmq.clock import ManualClock
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import read_record
-from boxmq.store.process import process_token
 from boxmq.store.topics import members
 
 QUOTA_EXCEEDED = 0x97
@@ -569,18 +568,6 @@ def test_a_broker_whose_mark_the_disk_refused_marks_itself_once_space_is_back(
             assert f"the store failed at {root}/.mqtt/brokers" in line, line
             assert "ENOSPC (No space left on device)" in line, line
             disk.free()
-            mark = root / ".mqtt" / "brokers" / process_token()
-            deadline = time.monotonic() + WAIT
-            while not mark.exists():
-                assert time.monotonic() < deadline, "no mark once space was back"
-                time.sleep(0.05)
-            np = paho(running, "np", v5=True)  # not persistent: its membership bound to us
-            try:
-                np.subscribe("$share/h/r/#", 1)
-                refused = boxmq_cli(root, "unsubscribe", "$share/h/r/#", "--name", "np")
-                assert refused.returncode == 1, refused
-                assert "np is the client id of an MQTT client connected" in refused.stderr
-            finally:
-                np.stop()
+            marked_and_bound(running, "no mark once space was back")
         finally:
             running.shutdown()

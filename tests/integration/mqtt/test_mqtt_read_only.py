@@ -17,9 +17,9 @@ from tests.diskfull import SmallDisk, small_disk
 from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
-    boxmq_cli,
     boxmq_cli_ok,
     drop,
+    marked_and_bound,
     paho,
     record_deleted,
     recorded_away,
@@ -30,7 +30,6 @@ from tests.integration.mqtt.clients import (
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.session_record import SessionRecord, read_record
-from boxmq.store.process import process_token
 
 
 @pytest.fixture
@@ -103,19 +102,7 @@ def test_a_broker_started_read_only_marks_itself_once_the_disk_is_writable_again
         with disk.read_only():
             running = start_server(root, spares=0)
         try:
-            mark = root / ".mqtt" / "brokers" / process_token()
-            deadline = time.monotonic() + WAIT
-            while not mark.exists():
-                assert time.monotonic() < deadline, "no mark once the disk was writable"
-                time.sleep(0.05)
-            np = paho(running, "np", v5=True)  # not persistent: its membership bound to us
-            try:
-                np.subscribe("$share/h/r/#", 1)
-                refused = boxmq_cli(root, "unsubscribe", "$share/h/r/#", "--name", "np")
-                assert refused.returncode == 1, refused
-                assert "np is the client id of an MQTT client connected" in refused.stderr
-            finally:
-                np.stop()
+            marked_and_bound(running, "no mark once the disk was writable")
         finally:
             running.shutdown()
     told = [r.getMessage() for r in caplog.records if "/.mqtt/brokers" in r.getMessage()]
