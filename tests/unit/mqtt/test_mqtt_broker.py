@@ -3570,6 +3570,18 @@ def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_
     run_broker(tmp_path, test)
 
 
+_SLOW = MqttSettings(limits=Limits(max_inflight=1, max_queued=2))  # what _flood_slow fills
+
+
+def _flood_slow(broker: Broker) -> None:
+    """Ten QoS 1 messages to a subscriber "slow" that acknowledges nothing: under _SLOW, 1 in
+    flight, 2 queued, the 7 others dropped."""
+    _subscriber(broker, "slow", "flood/#", 1)
+    pub = connect_peer(broker, "pub")
+    for packet_id in range(1, 11):
+        pub.send(Publish("flood/a", b"x", 1, packet_id=packet_id))
+
+
 def test_drops_on_a_full_queue_are_logged_once_then_counted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -3578,18 +3590,14 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
     clock = ManualClock(1000.0)
 
     async def test(broker: Broker) -> None:
-        _subscriber(broker, "slow", "flood/#", 1)
-        pub = connect_peer(broker, "pub")
-        for packet_id in range(1, 11):
-            pub.send(Publish("flood/a", b"x", 1, packet_id=packet_id))
+        _flood_slow(broker)
         broker.tick(clock.now())
         clock.advance(10)
         broker.tick(clock.now())
         broker.tick(clock.now())  # told once
 
-    limits = Limits(max_inflight=1, max_queued=2)
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
-        run_broker(tmp_path, test, clock, settings=MqttSettings(limits=limits))
+        run_broker(tmp_path, test, clock, settings=_SLOW)
     assert [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()] == [
         "client slow: queue full (max_queued 2, max_queued_bytes 67108864), a QoS 1 message "
         "dropped; further drops are counted and logged every 10s. It reads slower than its "
@@ -3607,10 +3615,7 @@ def test_the_count_of_drops_keeps_its_interval_across_a_step_the_broker_was_told
     clock = ManualClock(1000.0)
 
     async def test(broker: Broker) -> None:
-        _subscriber(broker, "slow", "flood/#", 1)
-        pub = connect_peer(broker, "pub")
-        for packet_id in range(1, 11):
-            pub.send(Publish("flood/a", b"x", 1, packet_id=packet_id))
+        _flood_slow(broker)
         broker.tick(clock.now())
         clock.advance(3605)
         broker.clock_stepped(3600)
@@ -3619,9 +3624,8 @@ def test_the_count_of_drops_keeps_its_interval_across_a_step_the_broker_was_told
         clock.advance(5)
         broker.tick(clock.now())
 
-    limits = Limits(max_inflight=1, max_queued=2)
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
-        run_broker(tmp_path, test, clock, settings=MqttSettings(limits=limits))
+        run_broker(tmp_path, test, clock, settings=_SLOW)
     assert [m for m in caplog.messages if "more message(s) dropped" in m] == [
         "client slow: queue full, 6 more message(s) dropped in the last 10s",
     ]
