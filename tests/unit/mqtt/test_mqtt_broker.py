@@ -1008,18 +1008,8 @@ def test_a_client_reconnecting_in_a_loop_is_told_a_few_times_then_counted(
     every 10 s; a client that comes back now and then is told each time."""
     clock = ManualClock(0)
 
-    def connect(client_id: str) -> Peer:
-        peer = Peer(broker_of[0])
-        peer.send(Connect(client_id, V5, clean_start=True))
-        [connack] = peer.take()
-        assert isinstance(connack, Connack)
-        assert connack.reason is ReasonCode.SUCCESS
-        return peer
-
-    broker_of: list[Broker] = []
-
     async def test(broker: Broker) -> None:
-        broker_of.append(broker)
+        connect = partial(connect_peer, broker)
         for _ in range(10):
             connect("looper").close()
         connect("looper")  # and another takes it over
