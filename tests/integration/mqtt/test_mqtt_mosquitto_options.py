@@ -371,13 +371,16 @@ def _script(case: Case, port: int, prefix: str) -> str:
         text=True,
         timeout=60,
     )
-    out = result.stdout.replace(prefix, "T")
-    lines = [line.strip() for line in out.splitlines() if line.strip()]
-    return "\n".join(sorted(lines) if case.sort else lines)
+    return _lines(result.stdout.replace(prefix, "T"), case)
 
 
 def _expected(case: Case) -> str:
-    lines = [line.strip() for line in case.expected.splitlines() if line.strip()]
+    return _lines(case.expected, case)
+
+
+def _lines(text: str, case: Case) -> str:
+    """`text`'s lines stripped, the blank ones left out; sorted if the case's are."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return "\n".join(sorted(lines) if case.sort else lines)
 
 
