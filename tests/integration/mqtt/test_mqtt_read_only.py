@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness.ports import free_port
 from tests.diskfull import SmallDisk, small_disk
 from tests.integration.mqtt.clients import (
     WAIT,
@@ -23,6 +22,7 @@ from tests.integration.mqtt.clients import (
     paho,
     record_deleted,
     recorded_away,
+    serve_fresh,
     serve_process,
     start_server,
     stop_process,
@@ -180,9 +180,8 @@ def test_a_session_found_at_start_whose_end_the_disk_refused_is_ended_after(
     """A session away when `boxmq serve` stopped, counted by the next start (its record
     names the process before, as it did not write it): its end refused by a read-only disk
     was left for good, since the retry took that record for another broker's."""
-    root, port = disk.path / "root", free_port()
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    before = serve_process(root, port)
+    address, before = serve_fresh(disk.path)
+    root = address.root
     try:
         gone = paho(address, "gone", clean=False, expiry=4)
         gone.subscribe("g/#", qos=1)
@@ -251,9 +250,8 @@ def test_a_will_sent_while_the_close_record_was_refused_is_not_sent_again_by_a_r
     Will, and the record still said the client was connected with it: a restart took the
     client for one that died connected, sent the Will a second time and counted the
     session's end from the restart. Written once the disk takes it, without the Will."""
-    root, port = disk.path / "root", free_port()
-    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
-    before = serve_process(root, port)
+    address, before = serve_fresh(disk.path)
+    root = address.root
     try:
         listener = paho(address, "listener")
         listener.subscribe("w/#", qos=1)
@@ -274,7 +272,7 @@ def test_a_will_sent_while_the_close_record_was_refused_is_not_sent_again_by_a_r
         stop_process(before)
     assert record.disconnected_at is not None
     assert dropped_at <= record.disconnected_at <= will_came_at  # its close, not a retry's time
-    after = serve_process(root, port)
+    after = serve_process(root, address.port)
     try:
         listener = paho(address, "listener")
         listener.subscribe("w/#", qos=1)
