@@ -229,11 +229,15 @@ _CONNACK = bytes.fromhex("20020000")
 
 @contextlib.asynccontextmanager
 async def _serving(
-    tmp_path: Path, settings: MqttSettings, clock: ManualClock | None = None
+    tmp_path: Path,
+    settings: MqttSettings,
+    clock: ManualClock | None = None,
+    steady: ManualClock | None = None,
 ) -> AsyncIterator[tuple[MqttServer, int]]:
-    """A server of `settings` on a root of its own, and the port of its one listener."""
+    """A server of `settings` on a root of its own, and the port of its one listener;
+    `steady`: the monotonic clock its steps of `clock` are told against."""
     box = boxmq.open(tmp_path / "root", fsync="never")
-    server = MqttServer(box, settings, clock=clock)
+    server = MqttServer(box, settings, clock=clock, steady=steady.now if steady else None)
     try:
         [(_, port)] = await server.start()
         yield server, port
@@ -718,26 +722,22 @@ def test_the_count_of_failed_handshakes_keeps_its_interval_across_a_step_of_the_
         return [m for m in caplog.messages if "more TLS handshake(s) failed" in m]
 
     async def run() -> None:
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, settings, clock=wall, steady=steady.now)
-        stop = asyncio.Event()
-        try:
-            [(_, port)] = await server.start()
-            ticking = asyncio.create_task(server.run(stop))
-            await asyncio.to_thread(_not_tls, port, 3)
-            wall.advance(3605)
-            steady.advance(5)
-            await asyncio.sleep(0.6)  # two ticks of the server at least: the step is told
-            assert counted() == []
-            wall.advance(5)
-            steady.advance(5)
-            await _until(lambda: bool(counted()))
-            stop.set()
-            await ticking
-        finally:
-            stop.set()
-            await server.close()
-            box.close()
+        async with _serving(tmp_path, settings, wall, steady) as (server, port):
+            stop = asyncio.Event()
+            try:
+                ticking = asyncio.create_task(server.run(stop))
+                await asyncio.to_thread(_not_tls, port, 3)
+                wall.advance(3605)
+                steady.advance(5)
+                await asyncio.sleep(0.6)  # two ticks of the server at least: the step is told
+                assert counted() == []
+                wall.advance(5)
+                steady.advance(5)
+                await _until(lambda: bool(counted()))
+                stop.set()
+                await ticking
+            finally:
+                stop.set()
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         asyncio.run(run())
@@ -757,10 +757,7 @@ def test_a_wall_clock_stepped_forward_during_a_tls_handshake_does_not_close_its_
 
     async def run() -> None:
         settings = MqttSettings(listeners=(listener,), limits=Limits(connect_timeout=10))
-        box = boxmq.open(tmp_path / "root", fsync="never")
-        server = MqttServer(box, settings, clock=wall, steady=steady.now)
-        try:
-            [(_, port)] = await server.start()
+        async with _serving(tmp_path, settings, wall, steady) as (server, port):
             plain = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", port), 10)
             await _until(lambda: server.broker.handshaking == 1)
             wall.advance(3600)  # the monotonic clock does not move
@@ -771,8 +768,5 @@ def test_a_wall_clock_stepped_forward_during_a_tls_handshake_does_not_close_its_
             client.sendall(_CONNECT)
             assert await asyncio.to_thread(client.recv, 4) == _CONNACK
             client.close()
-        finally:
-            await server.close()
-            box.close()
 
     asyncio.run(run())
