@@ -13,6 +13,7 @@ __all__ = [
     "PINGREQ",
     "Received",
     "answers_to",
+    "binary",
     "connect_packet",
     "connect_packet_311",
     "nothing",
@@ -47,8 +48,13 @@ def packet(kind: int, body: bytes) -> bytes:
 
 def string(text: str) -> bytes:
     """A UTF-8 Encoded String (§1.5.4): its length counts bytes, not characters."""
-    encoded = text.encode()
-    return len(encoded).to_bytes(2, "big") + encoded
+    return binary(text.encode())
+
+
+def binary(data: bytes) -> bytes:
+    """Binary Data (§1.5.6): two bytes of length, then the bytes (a Will's message, a
+    Password)."""
+    return len(data).to_bytes(2, "big") + data
 
 
 def connect_packet(
@@ -75,7 +81,7 @@ def connect_packet(
         topic, message = will
         will_properties = b"" if will_delay is None else b"\x18" + will_delay.to_bytes(4, "big")
         payload += bytes([len(will_properties)]) + will_properties
-        payload += string(topic) + len(message).to_bytes(2, "big") + message
+        payload += string(topic) + binary(message)
     variable = string("MQTT") + bytes([5, flags, 0, 30]) + properties
     return packet(0x10, variable + payload)
 
@@ -98,13 +104,13 @@ def connect_packet_311(
     if will is not None:
         flags |= 0x04 | will_qos << 3  # Will Flag, Will QoS (§3.1.2.5, §3.1.2.6)
         topic, message = will
-        payload += string(topic) + len(message).to_bytes(2, "big") + message
+        payload += string(topic) + binary(message)
     if username is not None:
         flags |= 0x80
         payload += string(username)
     if password is not None:
         flags |= 0x40
-        payload += len(password).to_bytes(2, "big") + password
+        payload += binary(password)
     variable = string("MQTT") + bytes([4, flags]) + keep_alive.to_bytes(2, "big")
     return packet(0x10, variable + payload)
 
