@@ -205,6 +205,7 @@ def test_a_bad_packet_sent_in_a_loop_is_told_once_then_counted(
     clock = ManualClock()
     closing = ": closing: CONNECT protocol name: its length runs past the end of the packet"
     more = "127.0.0.1: {} more connection(s) closed in the last 10s: CONNECT protocol name"
+    bad = b"\x10\x05\x00\x04MQXX"  # a CONNECT whose protocol name runs past its end
 
     def told() -> list[str]:
         return [m for m in caplog.messages if m.startswith("127.0.0.1") and "clos" in m]
@@ -221,18 +222,19 @@ def test_a_bad_packet_sent_in_a_loop_is_told_once_then_counted(
         start_server(tmp_path / "root", MqttSettings(), clock=clock) as running,
     ):
         for _ in range(5):
-            assert _exchange(running, b"\x10\x05\x00\x04MQXX") == b""
+            assert _exchange(running, bad) == b""
         [first] = told_then(1)
         assert closing in first
         assert first.endswith("(nothing sent)")
         clock.advance(10)  # the server's next tick tells the count
-        assert told_then(2)[1].startswith(more.format(4))
-        assert told_then(2)[1].endswith("(nothing sent)")
+        counted = told_then(2)[1]
+        assert counted.startswith(more.format(4))
+        assert counted.endswith("(nothing sent)")
         clock.advance(10)
         time.sleep(0.6)  # two ticks: none since, the run is over
-        assert _exchange(running, b"\x10\x05\x00\x04MQXX") == b""
+        assert _exchange(running, bad) == b""
         assert closing in told_then(3)[2]
-        assert _exchange(running, b"\x10\x05\x00\x04MQXX") == b""
+        assert _exchange(running, bad) == b""
     assert told()[3].startswith(more.format(1))  # told at close
     assert len(told()) == 4
 
