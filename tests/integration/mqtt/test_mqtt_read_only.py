@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +42,22 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
 def running(disk: SmallDisk) -> Iterator[RunningServer]:
     with start_server(disk.path / "root", spares=0) as running:
         yield running
+
+
+def _until_told(
+    caplog: pytest.LogCaptureFixture, told: Callable[[str], bool], why: str, *, times: int = 1
+) -> None:
+    """Wait until `times` of the captured lines are `told` (the server logs from its own
+    thread); `why` fails the wait."""
+    deadline = time.monotonic() + WAIT
+    while sum(map(told, caplog.messages)) < times:
+        assert time.monotonic() < deadline, why
+        time.sleep(0.05)
+
+
+def _back_refused(line: str) -> bool:
+    """A line saying the record of the client "back" was refused."""
+    return "back: session record not written" in line
 
 
 def test_a_session_whose_messages_cannot_be_claimed_stays_connected_and_gets_them_later(
@@ -126,10 +142,7 @@ def test_a_session_end_the_disk_refused_is_finished_once_it_is_writable_again(
     recorded_away(root, "gone")
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         with disk.read_only():
-            deadline = time.monotonic() + WAIT
-            while "client gone: session expired" not in caplog.messages:
-                assert time.monotonic() < deadline, "the session did not expire"
-                time.sleep(0.05)
+            _until_told(caplog, "client gone: session expired".__eq__, "the session did not expire")
             time.sleep(1.5)  # ticks, each of which may try the end again
         record_deleted(root, "gone")
     assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
@@ -162,10 +175,7 @@ def test_a_client_back_before_the_sweep_finished_its_ended_session_starts_a_new_
         recorded_away(root, "gone")
         with caplog.at_level(logging.INFO, logger="boxmq.mqtt"), disk.read_only():
             clock.advance(6)
-            deadline = time.monotonic() + WAIT
-            while "client gone: session expired" not in caplog.messages:
-                assert time.monotonic() < deadline, "the session did not expire"
-                time.sleep(0.05)
+            _until_told(caplog, "client gone: session expired".__eq__, "the session did not expire")
             time.sleep(0.3)  # the tick's sweep too
         assert (root / ".mqtt" / "sessions" / "gone").exists()  # left, till the next sweep
         back = paho(running, "gone", clean=False, expiry=60)
@@ -191,10 +201,7 @@ def test_a_session_found_at_start_whose_end_the_disk_refused_is_ended_after(
         stop_process(before)
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"), start_server(root, spares=0):
         with disk.read_only():
-            deadline = time.monotonic() + WAIT
-            while not any("so that is left on disk" in m for m in caplog.messages):
-                assert time.monotonic() < deadline, "the session did not end"
-                time.sleep(0.05)
+            _until_told(caplog, lambda m: "so that is left on disk" in m, "the session did not end")
         record_deleted(root, "gone")
     assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
 
@@ -301,10 +308,7 @@ def test_a_client_back_before_its_refused_close_record_is_written_again_stays_co
         client = paho(running, "back", clean=False, expiry=600)
         with caplog.at_level(logging.WARNING, logger="boxmq.mqtt"), disk.read_only():
             drop(client)
-            deadline = time.monotonic() + WAIT
-            while not any("back: session record not written" in m for m in caplog.messages):
-                assert time.monotonic() < deadline, "no close refused"
-                time.sleep(0.05)
+            _until_told(caplog, _back_refused, "no close refused")
         client = paho(running, "back", clean=False, expiry=600)
         assert client.session_present
         clock.advance(3)
@@ -333,10 +337,7 @@ def test_a_refused_close_of_a_session_resumed_after_a_restart_is_written_again(
                 assert client.session_present
                 dropped_at = time.time()
                 drop(client)
-                deadline = time.monotonic() + WAIT
-                while sum("back: session record not written" in m for m in caplog.messages) < 2:
-                    assert time.monotonic() < deadline, "no close refused"
-                    time.sleep(0.05)
+                _until_told(caplog, _back_refused, "no close refused", times=2)
             deadline = time.monotonic() + WAIT
             while (
                 (record := read_record(str(root), "back")) is None
