@@ -134,7 +134,10 @@ class LockError(BoxMQError):
     """A lock operation (ack, unlock, reject, extend) that XEP-0254 §2.3/§2.4 refuses."""
 
     def __init__(self, message_id: str, detail: str = "") -> None:
+        # kept apart, not only in the text: a front-end rewords the detail for its
+        # clients (the XMPP door names the requester by its JID) without parsing the text
         self.message_id = message_id
+        self.detail = detail
         super().__init__(f"{message_id}: {detail}" if detail else message_id)
 
 

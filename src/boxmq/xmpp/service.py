@@ -1037,9 +1037,7 @@ def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     """`error` as an XMPP client reads it: the queue's text names the requester by its
     consumer (`xmpp.<hash>`, the subid), which the client does not know itself by, and
     calls the others consumers; the door names it by its JID, and them subscribers."""
-    text, prefix = str(error), f"{error.message_id}: "
-    detail = text[len(prefix) :] if text.startswith(prefix) else ""  # else: no detail
-    detail = detail.replace(consumer, jid).replace("another consumer", "another subscriber")
+    detail = error.detail.replace(consumer, jid).replace("another consumer", "another subscriber")
     return type(error)(error.message_id, detail)
 
 
