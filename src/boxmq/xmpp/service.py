@@ -770,8 +770,8 @@ class QueueService:
         if request.node is None:
             identity = ("pubsub", "service", "boxmq queues")
         else:
-            if not self._is_queue(request.node):
-                self._refuse_unreachable_topic(request.node)
+            if self._deleted_elsewhere(request.node) or not self._is_queue(request.node):
+                self._refuse_unreachable_topic(request.node)  # as its disco#items is
             identity = ("pubsub", "leaf", request.node)
         return render.result(iq, render.disco_info(request.node, identity, FEATURES))
 

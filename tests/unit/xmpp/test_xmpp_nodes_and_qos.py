@@ -738,6 +738,20 @@ def test_disco_items_of_a_queue_deleted_by_another_process_tells_its_subscribers
     assert _deletes(wire) == [BOB]
 
 
+def test_disco_info_of_a_queue_deleted_by_another_process_tells_its_subscribers(
+    wire: Wire, root: Path
+) -> None:
+    # As its disco#items: disco#info answered from the door's memory of the queue, and its
+    # subscribers waited for the timer's round (Smack's getNode asks disco#info first).
+    wire.create()
+    wire.subscribe(BOB, 1)
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='jobs'/>", type="get")
+    assert reply.get("type") == "result"  # the topic of that name, a leaf too
+    assert _deletes(wire) == [BOB]
+
+
 def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Path) -> None:
     # no request to the node at all: the timer's round finds it (once a second, as sweeps go)
     wire.create()
