@@ -147,6 +147,7 @@ class EndsLeft:
         self._root = root
         self.ended: dict[str, SessionRecord | None] = {}  # client id -> its record then
         self.retrying = False  # the sweep's retry: its refusals were told already
+        self._unread: set[str] = set()  # those whose record the sweep could not read, told
 
     @contextlib.contextmanager
     def step(self, client_id: str, what: str) -> Iterator[None]:
@@ -161,9 +162,23 @@ class EndsLeft:
             if not self.retrying:
                 _tell_left(client_id, what, error)
 
+    def unread(self, client_id: str, error: OSError) -> None:
+        """The sweep could not read `client_id`'s record (EIO of a failing disk): its end
+        stays for the next sweep, told once, not at each, until the record is read."""
+        if client_id in self._unread:
+            return
+        self._unread.add(client_id)
+        log.error(
+            "client %s: its record cannot be read, so what its session's end left on disk "
+            "waits (tried again each second): %s",
+            client_id,
+            store_failure(error),
+        )
+
     def still_left(self, client_id: str, record: SessionRecord | None) -> bool:
         """Whether `client_id`'s end is to be done again, its `record` read now being the
         one its end left (and forgotten here: a refusal again keeps it anew)."""
+        self._unread.discard(client_id)
         if client_id not in self.ended:
             return False
         left = self.ended.pop(client_id)
@@ -313,10 +328,15 @@ class Lifetimes:
     def finish_ends(self) -> None:
         """The sweep's (once a second): the ends the disk refused a step of are done again,
         quietly, and told once done. One whose client came back (here: its CONNECT finished
-        it, `finish_end`; to another broker: its record changed) is left alone."""
+        it, `finish_end`; to another broker: its record changed) is left alone; one whose
+        record cannot be read waits for the next sweep (`EndsLeft.unread`)."""
         left = self._left
         for client_id in sorted(left.ended):
-            record = read_record(self._box.root, client_id)
+            try:
+                record = read_record(self._box.root, client_id)
+            except OSError as error:  # a failing disk: raised, it stopped the server
+                left.unread(client_id, error)
+                continue
             if not left.still_left(client_id, record) or client_id in self._sessions:
                 continue
             left.retrying = True

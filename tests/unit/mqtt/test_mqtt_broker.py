@@ -4074,3 +4074,56 @@ def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path:
         assert [live.watching() for live in lives].count(True) == 1
 
     run_broker(tmp_path, test)
+
+
+@contextlib.contextmanager
+def _record_looping(root: Path, client_id: str) -> Iterator[None]:
+    """The client's record file made a symlink to itself, which every stat and read of it
+    refuses (ELOOP: an OSError as root that is neither FileNotFoundError nor
+    NotADirectoryError, as EIO of a failing disk is), then the record put back as it was
+    (a rename keeps its inode and mtime: still the one this broker wrote)."""
+    path = record_path(str(root), client_id)
+    aside = f"{path}.aside"
+    os.rename(path, aside)
+    os.symlink(os.path.basename(path), path)
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        os.rename(aside, path)
+
+
+def test_a_session_end_left_whose_record_cannot_be_read_waits_for_the_next_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep that finishes the ends the disk refused a step of read each one's record
+    with no guard: a read failing with anything but a missing file (EIO of a failing disk,
+    the very case the sweep is for) left Broker.tick and stopped the server (found by a
+    second read). The end waits for the next sweep, the failure told once."""
+
+    async def test(broker: Broker) -> None:
+        root = tmp_path / "root"
+        connect_peer(broker, "gone", expiry=1, clean=False).close()
+        assert read_record(str(root), "gone") is not None
+
+        def refused(*_: object) -> None:
+            raise OSError(errno.EROFS, "Read-only file system")
+
+        monkeypatch.setattr(os, "unlink", refused)
+        broker.tick(2.0)  # its end: the record's deletion refused, the end left
+        monkeypatch.undo()
+        assert read_record(str(root), "gone") is not None
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            with _record_looping(root, "gone"):
+                for now in (3.0, 4.0, 5.0):
+                    broker.tick(now)
+            told = [m for m in caplog.messages if "client gone: its record cannot be" in m]
+            assert len(told) == 1, told
+            assert "ELOOP" in told[0], told
+            broker.tick(6.0)
+        assert read_record(str(root), "gone") is None
+        assert "client gone: what its session's end left on disk is deleted now" in (
+            caplog.messages
+        )
+
+    run_broker(tmp_path, test, ManualClock(0))
