@@ -80,6 +80,7 @@ class Recorder:
         self._paths: dict[str, str] = {}  # client id -> its record's path, for `replaced`
         # Client id -> the record of its connection's close the disk refused, for `retry`.
         self._refused: dict[str, SessionRecord] = {}
+        self._unseen: set[str] = set()  # those `retry` could not look at the file of, told
 
     def record(
         self,
@@ -132,6 +133,7 @@ class Recorder:
         tried, supersedes an older one refused."""
         client_id = record.client_id
         self._refused.pop(client_id, None)
+        self._unseen.discard(client_id)
         try:
             written = write_record(self._root, record, flush=flush)
         except OSError as error:
@@ -160,11 +162,18 @@ class Recorder:
         """On the broker's sweep (once a second): the records of closes the disk refused are
         written again, quietly, and told once written. One with a write of its client id on
         its way waits for it (which has the last word); one whose record on disk another
-        broker wrote since (its client came back there) is forgotten."""
+        broker wrote since (its client came back there) is forgotten; one whose file cannot
+        be looked at (EIO of a failing disk) waits for the next sweep, told once."""
         for client_id, record in list(self._refused.items()):
             if client_id in self._queued:
                 continue
-            if self.replaced(client_id):
+            try:
+                replaced = self.replaced(client_id)
+            except OSError as error:  # raised, it stopped the server
+                self._not_seen(client_id, error)
+                continue
+            self._unseen.discard(client_id)
+            if replaced:
                 del self._refused[client_id]
                 continue
             try:
@@ -185,6 +194,18 @@ class Recorder:
         record = self._refused.get(client_id)
         if record is not None and record.will is not None and record.will_due == due:
             self._refused[client_id] = replace(record, will=None, will_due=None)
+
+    def _not_seen(self, client_id: str, error: OSError) -> None:
+        """`retry` could not look at the client's record file: told once, not each second."""
+        if client_id in self._unseen:
+            return
+        self._unseen.add(client_id)
+        log.warning(
+            "client %s: its session record cannot be looked at, so the one the disk refused "
+            "waits (tried again each second): %s",
+            shown(client_id),
+            store_failure(error),
+        )
 
     @staticmethod
     def not_written(client_id: str, error: OSError) -> None:
@@ -256,6 +277,7 @@ class Recorder:
             self._written.pop(client_id, None)
             self._paths.pop(client_id, None)
             self._refused.pop(client_id, None)
+            self._unseen.discard(client_id)
             with step(client_id, "deleting its session record"):
                 remove_record(self._root, client_id)
 

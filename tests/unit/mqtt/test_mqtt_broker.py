@@ -4127,3 +4127,43 @@ def test_a_session_end_left_whose_record_cannot_be_read_waits_for_the_next_sweep
         )
 
     run_broker(tmp_path, test, ManualClock(0))
+
+
+def test_a_refused_close_record_whose_file_cannot_be_looked_at_waits_for_the_next_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sweep that writes again the close records the disk refused looked at each one's
+    file first (whether another broker wrote it since) catching only a missing file: any
+    other failure (EIO of a failing disk, the very case the sweep is for) left Broker.tick
+    and stopped the server (found by a second read). The record waits for the next sweep,
+    the failure told once."""
+
+    async def test(broker: Broker) -> None:
+        root = tmp_path / "root"
+        peer = connect_peer(broker, "away", expiry=600, clean=False)
+
+        def full(*_: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "rename", full)
+        peer.close()  # its close's record refused, kept for the sweep
+        monkeypatch.undo()
+        before = read_record(str(root), "away")
+        assert before is not None
+        assert before.disconnected_at is None
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            with _record_looping(root, "away"):
+                for now in (1.0, 2.0, 3.0):
+                    broker.tick(now)
+            told = [m for m in caplog.messages if "client away: its session record cannot" in m]
+            assert len(told) == 1, told
+            assert "ELOOP" in told[0], told
+            broker.tick(4.0)
+        after = read_record(str(root), "away")
+        assert after is not None
+        assert after.disconnected_at is not None
+        assert "client away: its session record is written now, its close with it" in (
+            caplog.messages
+        )
+
+    run_broker(tmp_path, test, ManualClock(0))
