@@ -1,6 +1,6 @@
 """Reading what a child process says on a pipe as it says it, for the tests that SIGKILL it
-at the moment it told its user something: a deadline on the whole read, never a blocking
-read that a silent child would hang for ever."""
+at the moment it told its user something or wait for it to say it is ready: a deadline on
+the whole read, never a blocking read that a silent child would hang for ever."""
 
 from __future__ import annotations
 
@@ -8,21 +8,33 @@ import os
 import select
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Any
 
-__all__ = ["read_until"]
+__all__ = ["read_line", "read_until"]
 
 
-def read_until(stream: IO[bytes], enough: Callable[[bytes], bool], seconds: float) -> bytes:
+def read_until(
+    stream: IO[Any], enough: Callable[[bytes], bool], seconds: float, *, most: int = 65536
+) -> bytes:
     """What came on `stream` until `enough` of it holds, it closes (the child ended) or
     `seconds` pass; the caller checks which. The text may come in several writes, and one
-    read may bring more than `enough` asked for: all of it is returned."""
+    read may bring more than `enough` asked for (up to `most` bytes): all of it is returned.
+    It reads the pipe itself, past the stream's buffer, so a text stream does as well as a
+    binary one as long as nothing else reads it before."""
     said = b""
     deadline = time.monotonic() + seconds
     while not enough(said) and (left := deadline - time.monotonic()) > 0:
         if not select.select([stream], [], [], left)[0]:
             break
-        if not (more := os.read(stream.fileno(), 65536)):
+        if not (more := os.read(stream.fileno(), most)):
             break  # its output closed: it ended
         said += more
     return said
+
+
+def read_line(stream: IO[Any], seconds: float) -> str:
+    """The next line on `stream` with its newline, as `stream.readline()` says it, or what
+    came of it when the child ended or `seconds` passed (no newline then: the caller's
+    assertion shows it). A byte at a time, so that nothing after the line is taken from the
+    pipe: the next read_line, or the child's last words read at its end, still find it."""
+    return read_until(stream, lambda said: said.endswith(b"\n"), seconds, most=1).decode()

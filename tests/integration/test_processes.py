@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from harness.output import read_line
 from harness.stopping import kill
 
 import boxmq
@@ -24,6 +25,7 @@ from boxmq.store.names import decode, split_lock
 WORKER = str(Path(__file__).with_name("worker.py"))
 pytestmark = pytest.mark.slow
 KILL_AFTER = 90.0  # s; the workers stop by themselves after worker.MAX_RUN (120 s)
+SAID_WITHIN = 60.0  # s for a child to say what it was to say, on a loaded machine
 
 
 def _load_worker() -> ModuleType:
@@ -74,8 +76,10 @@ def script() -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 def wait_for_line(process: subprocess.Popen[str], expected: str) -> None:
     assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.strip() == expected, f"worker said {line!r}"
+    line = read_line(process.stdout, SAID_WITHIN)
+    assert line.strip() == expected, (
+        f"worker said {line!r} in {SAID_WITHIN:.0f} s, not {expected!r} (silent, or it ended)"
+    )
 
 
 def test_two_processes_share_ten_thousand_messages_each_exactly_once(
@@ -775,7 +779,7 @@ def test_puts_of_two_processes_taking_turns_go_out_in_the_order_they_were_put(
                 jobs.put(str(2 * turn).encode())
                 other.stdin.write(f"{2 * turn + 1}\n")
                 other.stdin.flush()
-                assert other.stdout.readline() == "put\n"
+                assert read_line(other.stdout, SAID_WITHIN) == "put\n"
             other.stdin.close()
             assert other.wait(timeout=30) == 0
             with jobs.consumer("reader", max_in_flight=1) as consumer:
