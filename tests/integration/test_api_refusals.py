@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from harness.output import read_line
 from tests.diskfull import small_disk
 
 import boxmq
@@ -184,10 +185,10 @@ def test_a_consumer_killed_between_an_ack_the_disk_refused_and_its_retry_loses_n
             assert consumer.stdout is not None
             consumer.stdin.write(body + "\n")
             consumer.stdin.flush()
-            return consumer.stdout.readline().strip()
+            return read_line(consumer.stdout, 30).strip()
 
         try:
-            assert consumer.stdout.readline().strip() == "holding"
+            assert read_line(consumer.stdout, 30).strip() == "holding"
             assert ack("0") == "acked 0"
             with disk.read_only():
                 assert ack("1") == f"refused 1 {errno.EROFS}"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.output import read_line
 from tests.diskfull import small_disk
 
 import boxmq
@@ -575,14 +576,14 @@ def test_publish_and_subscribe_from_the_command_line(root: Path) -> None:
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as sub:
         assert sub.stdout is not None
-        first = json.loads(sub.stdout.readline())  # the retained one: the subscription exists
+        first = json.loads(read_line(sub.stdout, 30))  # the retained one: the subscription exists
         assert (first["topic"], first["body"], first["retained"]) == (
             "sensors/kitchen/temp",
             "20.5",
             True,
         )
         ok(root, "publish", "sensors/hall/temp", "19", "--qos", "0")
-        second = json.loads(sub.stdout.readline())
+        second = json.loads(read_line(sub.stdout, 30))
         assert (second["topic"], second["body"], second["qos"]) == ("sensors/hall/temp", "19", 0)
         assert sub.wait(timeout=30) == 0
     # a plain CLI subscription ends with the command unless --keep
@@ -1232,7 +1233,7 @@ def _subscribing(root: Path, *args: str) -> subprocess.Popen[str]:
     command += ["subscribe", "news/#", *args]
     sub = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert sub.stdout is not None
-    assert sub.stdout.readline() == "news/today first\n"
+    assert read_line(sub.stdout, 30) == "news/today first\n"
     return sub
 
 
@@ -1369,8 +1370,7 @@ def test_a_second_subscribe_under_a_running_one_s_name_is_refused(root: Path, ke
             )
             ok(root, "publish", "news/a", "one")
             assert first.stdout is not None
-            assert select.select([first.stdout], [], [], 30)[0], "the first run got nothing"
-            assert first.stdout.readline() == "news/a one\n"  # it goes on, alone
+            assert read_line(first.stdout, 30) == "news/a one\n"  # it goes on, alone
         finally:
             first.kill()  # killed: its subscription is left for the sweep
             first.wait(timeout=30)

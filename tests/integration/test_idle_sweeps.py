@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from harness.output import read_line
 
 import boxmq
 from boxmq.client import housekeeping, sweeps
@@ -305,9 +306,9 @@ def test_a_subscription_whose_lock_holder_died_is_visited_between_full_passes(
     assert holder.stdout is not None
     with holder, boxmq.open(root, fsync="never", clock=clock) as box:
         _offline(box, 5)
-        assert holder.stdout.readline() == "subscribed\n"
+        assert read_line(holder.stdout, 30) == "subscribed\n"
         box.publish("dev/5/cmd", b"held")
-        assert holder.stdout.readline() == "held\n"
+        assert read_line(holder.stdout, 30) == "held\n"
         box.sweep(full=False)  # the full pass: the lock's holder runs
         holder.stdin.close()
         assert holder.wait(10) == 0
@@ -395,9 +396,9 @@ def test_a_queue_whose_lock_holder_died_is_visited_between_full_passes(
     assert holder.stdin is not None
     assert holder.stdout is not None
     with holder, boxmq.open(root, fsync="never", clock=clock) as box:
-        assert holder.stdout.readline() == "reading\n"
+        assert read_line(holder.stdout, 30) == "reading\n"
         box.queue("jobs").put(b"held")
-        assert holder.stdout.readline() == "held\n"
+        assert read_line(holder.stdout, 30) == "held\n"
         _settle([root / "jobs" / "processing", root / "jobs" / "target"])
         assert list(box.sweep(full=False)) == ["jobs"]  # the full pass: the holder runs
         clock.advance(1)

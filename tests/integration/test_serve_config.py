@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from harness.output import read_line
 from harness.ports import free_port, free_ports
 from harness.stopping import stop
 from tests.diskfull import small_disk
@@ -57,7 +58,7 @@ def _serve_until_ready(*args: str, cwd: Path) -> str:
     deadline = time.monotonic() + 30
     try:
         while time.monotonic() < deadline:
-            line = server.stderr.readline()
+            line = read_line(server.stderr, deadline - time.monotonic())
             if not line:
                 break
             lines.append(line)

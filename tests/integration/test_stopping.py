@@ -14,6 +14,7 @@ from multiprocessing import get_context
 from multiprocessing.synchronize import Event as EventType
 
 import pytest
+from harness.output import read_line
 from harness.stopping import Worker, kill, stop
 
 # A child that ignores SIGTERM, and says so once it does (only then is the test's signal sent).
@@ -32,7 +33,7 @@ def _deaf() -> Iterator[subprocess.Popen[str]]:
     ) as child:
         try:
             assert child.stdout is not None
-            assert child.stdout.readline() == "deaf\n"
+            assert read_line(child.stdout, 30) == "deaf\n"
             yield child
         finally:
             if child.poll() is None:  # left by a failed check: Popen's exit then waits for it

@@ -9,6 +9,7 @@ import time
 from collections import Counter
 
 import pytest
+from harness.output import read_line
 from tests.integration.mqtt.clients import RunningServer, mosquitto_tools
 
 N = 300  # messages per stream: enough to interleave, bounded for a shared 2-core machine
@@ -54,7 +55,7 @@ def _pub_lines(server: RunningServer, topic: str, qos: int, lines: list[str], *e
 def _ready_line(sub: subprocess.Popen[str]) -> None:
     """The first line is the retained `.../ready` message: the subscription is in place."""
     assert sub.stdout is not None
-    assert sub.stdout.readline().endswith("ready\n")
+    assert read_line(sub.stdout, 30).endswith("ready\n")
 
 
 @pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from harness.output import read_line
 from harness.ports import free_port
 from harness.stopping import kill
 from tests.integration.mqtt.clients import (
@@ -416,7 +417,7 @@ def test_two_survivors_send_the_will_of_a_session_whose_server_died_once(
             [sys.executable, "-c", _HOLD_CLAIM, str(claim)], stdout=subprocess.PIPE
         )
         assert claimer.stdout is not None
-        assert claimer.stdout.readline() == b"held\n"
+        assert read_line(claimer.stdout, 30) == "held\n"
         kill(killed)
         on_a.close()
         assert watcher.nothing(within=3.0)  # B and C sweep, and find the session claimed
@@ -485,7 +486,7 @@ def test_a_client_coming_back_while_its_dead_servers_session_is_claimed_keeps_it
     ) as claimer:
         try:
             assert claimer.stdout is not None
-            assert claimer.stdout.readline() == b"held\n"
+            assert read_line(claimer.stdout, 30) == "held\n"
             kill(killed)
             on_a.close()
             back: list[tuple[socket.socket, bool]] = []
@@ -590,7 +591,7 @@ def test_a_claim_held_by_a_stopped_server_keeps_a_connect_waiting_but_not_the_ot
     )
     try:
         assert claimer.stdout is not None
-        assert claimer.stdout.readline() == b"held\n"
+        assert read_line(claimer.stdout, 30) == "held\n"
         write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
         with socket.create_connection((running.host, running.port), timeout=WAIT) as waiting:
             waiting.sendall(connect_packet("roamer"))
