@@ -102,6 +102,7 @@ class SentWills:
     def __init__(self, root: str) -> None:
         self._root = root
         self._unrecorded: dict[str, _Unrecorded] = {}
+        self._unread: set[str] = set()  # those `retry` could not read the record of, told
         self._next_try = 0.0
 
     def already_sent(self, record: SessionRecord) -> bool:
@@ -127,14 +128,22 @@ class SentWills:
             )
             return
         self._unrecorded.pop(client_id, None)
+        self._unread.discard(client_id)
 
     def retry(self, *, now: float) -> None:
-        """Write the records still holding a Will sent; on the broker's timer."""
+        """Write the records still holding a Will sent; on the broker's timer. One whose
+        record cannot be read (EIO of a failing disk) waits for the next try, told once."""
         if not self._unrecorded or not periodic_due(now, self._next_try, _RETRY_EVERY):
             return
         self._next_try = now + _RETRY_EVERY
         for client_id, waiting in list(self._unrecorded.items()):
-            if not waiting.holds_it(read_record(self._root, client_id)):
+            try:
+                current = read_record(self._root, client_id)
+            except OSError as error:  # raised, it left Broker.tick and stopped the server
+                self._not_read(client_id, error)
+                continue
+            self._unread.discard(client_id)
+            if not waiting.holds_it(current):
                 del self._unrecorded[client_id]  # the client came back, or the session ended
                 continue
             try:
@@ -143,6 +152,19 @@ class SentWills:
                 continue  # said once already; the disk is still refusing
             del self._unrecorded[client_id]
             log.info("client %s: its session record no longer holds its Will sent", client_id)
+
+    def _not_read(self, client_id: str, error: OSError) -> None:
+        """`retry` could not read the client's record: told once, not each second."""
+        if client_id in self._unread:
+            return
+        self._unread.add(client_id)
+        log.warning(
+            "client %s: its session record cannot be read, so its rewrite without the Will "
+            "sent waits (tried again every %s): %s",
+            client_id,
+            spelled(_RETRY_EVERY),
+            store_failure(error),
+        )
 
     def _write(self, record: SessionRecord) -> None:
         write_record(self._root, replace(record, will=None, will_due=None))

@@ -4,13 +4,14 @@ sent twice by this broker, and the record is written again until the disk takes 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
 from boxmq.mqtt.packets import Will
-from boxmq.mqtt.session_record import SessionRecord, read_record, write_record
+from boxmq.mqtt.session_record import SessionRecord, read_record, record_path, write_record
 from boxmq.mqtt.wills import SentWills
 
 _AWAY = SessionRecord("c1", 60, disconnected_at=100.0, will=Will("w/c1", b"gone"), will_due=101.0)
@@ -80,3 +81,32 @@ def test_a_clock_stepped_back_does_not_put_the_next_try_off_for_the_step(
     record = read_record(root, "c1")
     assert record is not None
     assert (record.will, record.will_due) == (None, None)
+
+
+def test_a_record_that_cannot_be_read_keeps_the_sent_will_for_the_next_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retry (inside Broker.tick) read the record with no guard: a read failing with
+    anything but a missing file (EIO of a failing disk, the very case it is for) left the
+    tick and stopped the server (found by a second read). The record made a symlink to
+    itself (ELOOP) stands for it: the Will sent stays remembered for the next try, the
+    failure told once."""
+    root = str(tmp_path)
+    wills = _sent_on_a_full_disk(root, monkeypatch, now=0.0)
+    path = record_path(root, "c1")
+    os.rename(path, f"{path}.aside")
+    os.symlink(os.path.basename(path), path)
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        for now in (1.0, 2.0, 3.0):
+            wills.retry(now=now)
+        told = [m for m in caplog.messages if "client c1: its session record cannot be" in m]
+        assert len(told) == 1, told
+        assert "ELOOP" in told[0], told
+        assert wills.already_sent(_AWAY)
+        os.unlink(path)
+        os.rename(f"{path}.aside", path)
+        wills.retry(now=4.0)
+    record = read_record(root, "c1")
+    assert record is not None
+    assert (record.will, record.will_due) == (None, None)
+    assert not wills.already_sent(_AWAY)
