@@ -196,6 +196,7 @@ class Wills:
         # a clock moved on past a session's end ended it and sent no Will). And what sends it
         # then (a clean start runs it early).
         self._due: Timed[str] = Timed()
+        self._unread: set[str] = set()  # those whose Will, due, waits for its record, told
         self._sent = SentWills(root)  # sent from records that still hold them
         # Client id -> when its Will was due, for a Will this broker sent whose own write the
         # disk refused, so that its record keeps it for a restart (`_sent_from`): sent
@@ -249,10 +250,16 @@ class Wills:
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
         self.forget_timer(client_id)
+        if client_id in self._sessions or client_id in self._writing:
+            return  # its client came back here; or sent already (resumed twice)
+        try:
+            current = read_record(self._root, client_id)
+        except OSError as error:  # raised, it left Broker.tick and stopped the server
+            self._not_read(away, error)
+            return
+        self._unread.discard(client_id)
         if (
-            client_id in self._sessions
-            or client_id in self._writing  # this one, sent already (resumed twice)
-            or not away.will_unsent(read_record(self._root, client_id))
+            not away.will_unsent(current)
             or self._sent.already_sent(scheduled)  # its record could not say so
             or self._sent_here(scheduled)  # its own write refused
         ):
@@ -265,6 +272,23 @@ class Wills:
             client_id, scheduled.username, will, None, self._waited_for(client_id, sent)
         )
         self._flush()
+
+    def _not_read(self, away: AwayAtStart, error: OSError) -> None:
+        """`_send_if_still_away` could not read the record (EIO of a failing disk), which
+        says whether the client came back: the Will waits for the next try, told once."""
+        client_id = away.counted.client_id
+        send = functools.partial(self._send_if_still_away, away)
+        self._delay(client_id, self._clock.now() + _RETRY_EVERY, send)
+        if client_id in self._unread:
+            return
+        self._unread.add(client_id)
+        log.warning(
+            "client %s: its session record cannot be read, so its Will, due, waits (tried "
+            "again every %s): %s",
+            client_id,
+            spelled(_RETRY_EVERY),
+            store_failure(error),
+        )
 
     def _sent_here(self, record: SessionRecord) -> bool:
         """Whether this broker sent the Will `record` holds, which the record keeps since its

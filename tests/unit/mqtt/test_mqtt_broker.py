@@ -4167,3 +4167,37 @@ def test_a_refused_close_record_whose_file_cannot_be_looked_at_waits_for_the_nex
         )
 
     run_broker(tmp_path, test, ManualClock(0))
+
+
+def test_a_delayed_will_whose_record_cannot_be_read_when_due_waits_for_the_next_try(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delayed Will found on disk at start reads its record when due (whether its client
+    came back meanwhile) with no guard: a read failing with anything but a missing file
+    (EIO of a failing disk) left Broker.tick and stopped the server (found by a second
+    read). The Will waits for the next try, a second on, the failure told once, and goes
+    out once the record reads."""
+    root = tmp_path / "root"
+    clock = ManualClock(time.time())
+    now = clock.now()
+    will = Will("status/away", b"gone", properties=Properties.build(will_delay_interval=10))
+    record = SessionRecord(
+        "away", 60, disconnected_at=now, will=will, will_due=now + 10, counted_by=dead_token()
+    )
+    write_record(str(root), record)
+
+    async def test(broker: Broker) -> None:
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            with _record_looping(root, "away"):
+                for later in (10, 11, 12):
+                    broker.tick(now + later)
+            told = [m for m in caplog.messages if "client away: its session record cannot" in m]
+            assert len(told) == 1, told
+            assert "ELOOP" in told[0], told
+            held = read_record(str(root), "away")
+            assert held is not None
+            assert held.will is not None  # not sent
+            broker.tick(now + 13)
+            await _until(lambda: getattr(read_record(str(root), "away"), "will", 1) is None)
+
+    run_broker(tmp_path, test, clock)
