@@ -355,22 +355,23 @@ class Broker:
         if not self._delivery.unrecorded:
             return
         unrecorded, self._delivery.unrecorded = self._delivery.unrecorded, {}
-        taken: list[Client] = []
+        taken: list[tuple[Client, Callable[[Client], None]]] = []
         for client_id, session in unrecorded.items():
             client = self._links.get(client_id)
             if client is None or client.session is not session:
                 continue
-            if self._taken.since(session):
-                taken.append(client)  # after the others' records: the kick writes them all
+            close = self._taken.closes(session)  # taken elsewhere, or its record unseen
+            if close is not None:
+                taken.append((client, close))  # after the others' records: a kick writes all
                 continue
             self._records.ahead(client, self._records.record(session))
-        for client in taken:
+        for client, close in taken:
             # What it was about to be sent is dropped unsent: its record, which would name
             # those packet ids, is not written, and the messages stay locked to the session
             # for its next resumption (from the disk, or by the server that took it:
             # `Resuming._take_back`), never sent on a connection its client may have left.
             client.link.connection.data_to_send()
-            self._taken.disconnect(client)
+            close(client)
 
     def _after_disk_work(
         self, client_id: str, work: Callable[[], object], then: Callable[[object], None]
@@ -695,9 +696,11 @@ class Broker:
     def _closed_if_taken(self, client: Client, session: Session) -> bool:
         """Before a SUBSCRIBE or an UNSUBSCRIBE writes the record of a persistent session:
         whether another broker on this root took the session (`TakenElsewhere.since`), its
-        connection then closed (written, its record named this broker again)."""
-        if session.persistent and self._taken.since(session):
-            self._taken.disconnect(client)
+        connection then closed (written, its record named this broker again); so too if its
+        record cannot be looked at (EIO), as a disk failure (`TakenElsewhere.closes`)."""
+        close = self._taken.closes(session) if session.persistent else None
+        if close is not None:
+            close(client)
             return True
         return False
 

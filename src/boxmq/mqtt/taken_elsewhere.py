@@ -10,14 +10,16 @@ record, read only if another write replaced the one this broker wrote last."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 
 from boxmq.errors import store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.clients import Client, Kick
 from boxmq.mqtt.lifetimes import Lifetimes
 from boxmq.mqtt.packets import Will
-from boxmq.mqtt.reasons import ReasonCode
+from boxmq.mqtt.reasons import ReasonCode, reason_for
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.session import Session
 from boxmq.mqtt.session_record import read_record
@@ -62,6 +64,31 @@ class TakenElsewhere:
         return self._records.replaced(client_id) and self._lifetimes.held_elsewhere(
             read_record(self._root, client_id)
         )
+
+    def closes(self, session: Session) -> Callable[[Client], None] | None:
+        """`since`, asked before this broker writes the record of a connected session: what
+        closes its connection, or None if the record may be written. Taken elsewhere, it is
+        `disconnect`; a record the file system cannot look at now (EIO, EMFILE) closes it as
+        a disk failure is answered (the reason code its errno gives, one ERROR line), not
+        written over what this broker cannot see. Raised, the failure dropped the packet with
+        a traceback and no answer."""
+        try:
+            taken = self.since(session)
+        except OSError as error:
+            return functools.partial(self._not_looked_at, error=error)
+        return self.disconnect if taken else None
+
+    def _not_looked_at(self, client: Client, *, error: OSError) -> None:
+        session = client.session
+        assert session is not None
+        failure = store_failure(error)
+        log.error(
+            "client %s: its session record cannot be looked at before it is written, so this "
+            "connection is closed: %s",
+            session.client_id,
+            failure,
+        )
+        self._kick(client, reason_for(failure), f"its session record cannot be read: {failure}")
 
     def disconnect(self, client: Client) -> None:
         """`since`: the connection is closed as at a takeover here (MQTT-3.1.4-3, 0x8E to a

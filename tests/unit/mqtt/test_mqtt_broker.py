@@ -4201,3 +4201,31 @@ def test_a_delayed_will_whose_record_cannot_be_read_when_due_waits_for_the_next_
             await _until(lambda: getattr(read_record(str(root), "away"), "will", 1) is None)
 
     run_broker(tmp_path, test, clock)
+
+
+def test_a_subscribe_whose_record_cannot_be_looked_at_is_answered_as_a_disk_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before a SUBSCRIBE writes the record of a persistent session the broker looks whether
+    another server took the session (TakenElsewhere.since) with no guard: a look failing
+    with anything but a missing file (EIO of a failing disk) raised out of the packet's
+    handling, the SUBSCRIBE dropped with a traceback and no answer (found by a second read).
+    The connection is closed as a disk failure is answered (0x80 for EIO, one ERROR line
+    naming the client), its record left as it was."""
+
+    async def test(broker: Broker) -> None:
+        root = tmp_path / "root"
+        peer = connect_peer(broker, "sub", expiry=600, clean=False)
+        before = read_record(str(root), "sub")
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"), _record_looping(root, "sub"):
+            peer.send(Subscribe(1, (Subscription("a/b", 1),)))
+            peer.flush()
+        [answer] = peer.take()
+        assert isinstance(answer, Disconnect), answer
+        assert answer.reason is ReasonCode.UNSPECIFIED_ERROR
+        told = [m for m in caplog.messages if "client sub: its session record cannot" in m]
+        assert len(told) == 1, told
+        assert "ELOOP" in told[0], told
+        assert read_record(str(root), "sub") == before
+
+    run_broker(tmp_path, test)
