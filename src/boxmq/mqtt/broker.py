@@ -439,13 +439,17 @@ class Broker:
         step forward closed every connection (and sent its Will) at the next tick, and a step
         back kept a silent one open the step longer. The delayed Wills and the ends of the
         sessions away move too, as the loop's real-time timers that timed them did; the $SYS
-        uptime does not count the step, and the $SYS figures and the counts of drops keep
-        their intervals (the looks every second, adoption and the Wills' retries, are left
-        to `periodic_due`: one a second early or at once is no harm)."""
+        uptime does not count the step, and the $SYS figures and every count of the log
+        (drops.py: drops, refusals, reconnections, sockets closed, packets the disk refused)
+        keep their intervals (the looks every second, adoption and the Wills' retries, are
+        left to `periodic_due`: one a second early or at once is no harm)."""
         self._wills.clock_stepped(by)
         self._sys.clock_stepped(by)
         self._delivery.clock_stepped(by)
         self._lifetimes.clock_stepped(by)
+        self._connects.clock_stepped(by)
+        self._batches.failures.clock_stepped(by)
+        self._silent.shift(by)
         for client in self._clients.values():
             client.opened += by
             client.link.connection.last_heard += by

@@ -124,6 +124,11 @@ class ConnectAnswers:
         # lines a connection; the first few of a run are told, the rest `quiet`, counted.
         self._connections: DropLog[str] = DropLog(told=_TOLD_CONNECTIONS)
 
+    def clock_stepped(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds: the counts' intervals move (DropLog.shift)."""
+        self._refusals.shift(by)
+        self._connections.shift(by)
+
     def tell_counts(self, *, now: float | None = None) -> None:
         """Log the refusals and the reconnections counted in the intervals over by `now`
         (None: all, at close)."""

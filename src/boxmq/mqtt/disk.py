@@ -326,6 +326,10 @@ class StoreFailureLog:
         else:
             self._last[who] = failed[-1][1]
 
+    def clock_stepped(self, by: float) -> None:
+        """The wall clock was stepped `by` seconds: the counts' intervals move (DropLog.shift)."""
+        self._counts.shift(by)
+
     def tell(self, *, now: float | None = None) -> None:
         """Log the refusals counted in the intervals over by `now` (None: all)."""
         counts = self._counts

@@ -1010,6 +1010,7 @@ class MqttServer:
             )
             self.broker.clock_stepped(step)
             self._failed_handshakes.shift(step)
+            self._protocol_errors.shift(step)
         return now
 
     def _heard_unread(self, now: float) -> None:

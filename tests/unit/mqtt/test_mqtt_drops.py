@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import boxmq
 from boxmq.mqtt.drops import DropLog, Summary, tell_by_host
+from boxmq.mqtt.server import MqttServer
+from boxmq.mqtt.settings import MqttSettings
 
 
 def test_the_first_drop_is_told_and_the_next_are_counted_per_interval() -> None:
@@ -113,3 +118,41 @@ def test_counts_by_host_are_told_one_line_each(caplog: pytest.LogCaptureFixture)
     assert caplog.messages == [
         "10.0.0.7: 2 more CONNECT(s) refused in the last 10s: Bad user name or password"
     ]
+
+
+def _drop_logs(server: MqttServer) -> list[DropLog[Any]]:
+    """Every DropLog the server and the parts of its broker keep, however deep."""
+    found: list[DropLog[Any]] = []
+    seen: set[int] = set()
+    todo: list[object] = [server]
+    while todo:
+        part = todo.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        if isinstance(part, DropLog):
+            found.append(part)
+            continue
+        names = list(getattr(part, "__dict__", {})) + list(getattr(type(part), "__slots__", ()))
+        for name in names:
+            value = getattr(part, name, None)
+            if type(value).__module__.startswith("boxmq.mqtt"):
+                todo.append(value)
+    return found
+
+
+def test_every_count_moves_with_a_step_of_the_clock_the_server_tells(tmp_path: Path) -> None:
+    """Of the server's seven counts (drops, refused CONNECTs, reconnections, sockets closed
+    silent or for a protocol error, failed handshakes, packets the disk refused), two moved
+    with a step of the wall clock and five told their count at the next tick, "in the last
+    10s" for what a second counted; each, one added later too, moves alike."""
+    with boxmq.open(tmp_path / "root", fsync="never") as box:
+        server = MqttServer(box, MqttSettings())
+        counts = _drop_logs(server)
+        assert len(counts) >= 7
+        for number, count in enumerate(counts):
+            for _ in range(count.told + 1):  # the first told, one counted
+                count.dropped(f"key {number}", now=1000.0)
+        server._stepped((1000.0, 0.0), (4600.0, 0.0))  # an hour forward, no time passed
+        assert [count.due(now=4609.5) for count in counts] == [[]] * len(counts)
+        assert [len(count.due(now=4610.0)) for count in counts] == [1] * len(counts)
