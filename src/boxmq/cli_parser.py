@@ -573,21 +573,17 @@ def _serve(args: argparse.Namespace) -> int:
 def _before_subscribe(args: argparse.Namespace) -> None:
     """A filter or a --name that is none, said before the root is made (cli._run), as
     cli_message.before_put does for put: it made an empty root at a mistyped --data first."""
-    from boxmq.core.topics import about_sys, parse_filter
+    from boxmq.core.topics import about_sys, parse_filter, sys_unserved
     from boxmq.store.names import check_consumer_name
 
     topic_filter = parse_filter(args.filter)
     check_consumer_name(args.subscriber, "subscriber name")
     if about_sys(topic_filter.filter):
         # mqtt.md's figures, asked of the CLI, waited in silence: each serve answers them
-        # from memory to its MQTT clients. Not refused: what an MQTT client an ACL lets
-        # publish under $SYS sends is stored, and reaches this subscription.
+        # from memory to its MQTT clients (the words are Box.subscribe's warning's).
         output.err(
             output.said(
-                f"{output.said_by(args)}: warning: {args.filter!r} is under $SYS, the MQTT "
-                "server's own topics: each boxmq serve publishes its figures there from memory, "
-                "to its MQTT clients only, so this gets none of them (ask a server: "
-                "mosquitto_sub -t '$SYS/#' -v)"
+                f"{output.said_by(args)}: warning: {args.filter!r} is {sys_unserved('this')}"
             )
         )
 

@@ -34,7 +34,7 @@ from boxmq.client.sweeps import SweepLimits, SweepReport
 from boxmq.clock import Clock, SystemClock
 from boxmq.core import Dispatch, ExactlyOnceLimits, QueuePolicy, parse_filter
 from boxmq.core.durations import check_seconds
-from boxmq.core.topics import about_sys, is_share_name
+from boxmq.core.topics import about_sys, is_share_name, sys_unserved
 from boxmq.errors import (
     Closed,
     InvalidArgument,
@@ -351,13 +351,7 @@ class Box:
             # warnings are: a warnings.warn raises under `filterwarnings = error`, and the
             # subscription is a right one when an MQTT client an ACL lets publish there sends.
             # The doors that tell their users themselves (the CLI, MQTT) call topics.subscribe.
-            log.warning(
-                "%s subscribed to %s, under $SYS, the MQTT server's own topics: each boxmq "
-                "serve publishes its figures there from memory, to its MQTT clients only, so "
-                "it gets none of them (subscribe over MQTT: mosquitto_sub -t '$SYS/#' -v)",
-                subscriber,
-                filter,
-            )
+            log.warning("%s subscribed to %s, %s", subscriber, filter, sys_unserved("it"))
         return made
 
     def unsubscribe(self, filter: str, subscriber: str) -> bool:

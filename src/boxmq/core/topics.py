@@ -29,6 +29,7 @@ __all__ = [
     "matches",
     "parse_filter",
     "refuse_sys",
+    "sys_unserved",
     "utf8_size",
     "validate_filter",
     "validate_topic",
@@ -83,6 +84,18 @@ def about_sys(name: str) -> bool:
     only such a filter can match these topics (a wildcard at the first level never matches
     a `$` topic, MQTT 5.0 §4.7.2), and only such a topic is the server's to publish."""
     return name.startswith(SYS) and (len(name) == len(SYS) or name[len(SYS)] == "/")
+
+
+def sys_unserved(subscription: str) -> str:
+    """Why a subscription under `$SYS` made through the root (the Python API, the CLI) gets
+    none of the server's figures, and where they are: one wording for each that warns
+    (client/box.py, cli_parser.py). Not refused: what an MQTT client an ACL lets publish
+    under `$SYS` sends is stored, and reaches it. `subscription`: how the sentence names it."""
+    return (
+        "under $SYS, the MQTT server's own topics: each boxmq serve publishes its figures "
+        f"there from memory, to its MQTT clients only, so {subscription} gets none of them "
+        "(ask a server over MQTT: mosquitto_sub -t '$SYS/#' -v)"
+    )
 
 
 def refuse_sys(name: str) -> None:
