@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import boxmq
 from boxmq import cli_errors, cli_parser
 from boxmq import cli_output as output
-from boxmq.cli_args import Default, joined_negative_durations
+from boxmq.cli_args import Default, joined_negative_durations, no_home_folder
 from boxmq.client import Box, mqtt_fields
 from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.log_lines import one_line
@@ -206,13 +206,11 @@ def _home_folder(args: argparse.Namespace) -> str:
             continue
         home = os.path.expanduser(path)
         if home.startswith("~"):  # left as it was: no such user, or no $HOME for a bare ~
-            user = path[1:].partition("/")[0]
-            missing = f"this machine has no user {user}" if user else "$HOME is not set"
             if key == "file":
                 given = "FILE"  # passwd's, a positional
             else:
                 given = "$BOXMQ_DATA" if isinstance(path, Default) else f"--{key}"
-            return f"{given} {path!r}: {missing}, so ~ names no home folder: write its full path"
+            return f"{given} {no_home_folder(path)}"
         setattr(args, key, Default(home) if isinstance(path, Default) else home)
     return ""
 

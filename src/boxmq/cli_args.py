@@ -1,4 +1,5 @@
-"""Parsing what people type: durations and properties, with errors that say what to fix."""
+"""Parsing what people type: durations, properties and paths, with errors that say what to
+fix (the config file's values are read by the same words, config_table.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ __all__ = [
     "FOREVER",
     "Default",
     "joined_negative_durations",
+    "no_home_folder",
     "parse_duration",
     "parse_integer",
     "parse_property",
@@ -103,6 +105,16 @@ def parse_duration(text: str) -> float:
     if seconds > LONGEST:  # infinity too: 400 digits make one
         raise InvalidArgument(f"bad duration {text!r}: at most {LONGEST / 86_400:g}d (100 years)")
     return seconds
+
+
+def no_home_folder(path: str) -> str:
+    """What is wrong with a `path` whose leading `~` expanduser left as it was: it names a
+    user this machine does not have, or is a bare `~` with neither $HOME nor a user entry.
+    One wording for the command line's paths (cli.py) and the config file's (config_table.py),
+    each putting its option or key first."""
+    user = path[1:].partition("/")[0]
+    missing = f"this machine has no user {user}" if user else "$HOME is not set"
+    return f"{path!r}: {missing}, so ~{user} names no home folder: write its full path"
 
 
 def parse_integer(text: str) -> int:

@@ -14,7 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
 
-from boxmq.cli_args import FOREVER, parse_duration
+from boxmq.cli_args import FOREVER, no_home_folder, parse_duration
 from boxmq.core.durations import LONGEST, in_unit_of, written_seconds
 from boxmq.errors import InvalidArgument
 
@@ -196,13 +196,7 @@ class Table:
         except RuntimeError:
             # "~ada/state" of a user this machine does not have (or "~" with neither $HOME
             # nor a user entry): pathlib raised RuntimeError, which serve showed as a traceback.
-            user = value[1:].partition("/")[0]
-            missing = (
-                f"this machine has no user {user}, whose home folder ~{user} names"
-                if user
-                else "this user has no home folder for ~ to name ($HOME is not set)"
-            )
-            raise self.error(key, f"{value!r}: {missing}: write its full path") from None
+            raise self.error(key, no_home_folder(value)) from None  # as the CLI words it
         return self._source.parent / named
 
     def table(self, key: str) -> Table:

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from boxmq import cli
 from boxmq.cli_serve import describe_security, mqtt_settings, security_warnings
 from boxmq.config import LIMITS_HIGHEST, LIMITS_LOWEST, Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
@@ -250,7 +251,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         (
             'data = "~no-such-boxmq-user/state"',
             "data: '~no-such-boxmq-user/state': this machine has no user no-such-boxmq-user, "
-            "whose home folder ~no-such-boxmq-user names: write its full path",
+            "so ~no-such-boxmq-user names no home folder: write its full path",
         ),
         ("[security]\nacl_file = '~no-such-boxmq-user/acl'", "security.acl_file: '~no-such-"),
         # The key whose file is wrong, as for TLS files, not only its table.
@@ -354,6 +355,27 @@ def test_errors_name_the_file_and_the_key(tmp_path: Path, text: str, message: st
         load_config(path)
     assert str(caught.value).startswith(f"{path}: ")
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("key", ["data", "config"])
+def test_a_tilde_of_no_user_is_worded_in_the_file_as_on_the_command_line(
+    tmp_path: Path, key: str
+) -> None:
+    """`data = "~nobody/q"` and `--data '~nobody/q'` are the same mistake: the file and the
+    CLI said it in words of their own ("whose home folder ~nobody names", "so ~ names no home
+    folder"); both say it alike, after the key or option that holds the path."""
+    written = "~no-such-boxmq-user/state"
+    path = _write(tmp_path, f"data = {written!r}\n")
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    in_file = str(caught.value).removeprefix(f"{path}: data: ")
+    args = argparse.Namespace(name="serve", **{"data": None, "config": None, key: written})
+    said = cli._home_folder(args).removeprefix(f"--{key} ")
+    assert said == in_file
+    assert said == (
+        f"{written!r}: this machine has no user no-such-boxmq-user, so ~no-such-boxmq-user "
+        "names no home folder: write its full path"
+    )
 
 
 @pytest.mark.parametrize("written", ["x", "1x", "-49711d", "1.5s"])
