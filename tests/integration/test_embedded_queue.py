@@ -26,6 +26,7 @@ from boxmq.client.live_queue import LiveQueue
 from boxmq.client.publishing import Publication
 from boxmq.clock import ManualClock
 from boxmq.model import GROUP_KEY, PROPERTIES_FILE, ConsumerId
+from boxmq.store import topics as layout
 from boxmq.store.names import Lock, decode, locked_name, split_lock
 
 
@@ -1739,6 +1740,11 @@ def test_a_box_used_after_close_raises_closed_and_never_waits(tmp_path: Path, fs
         "consumer": lambda: jobs.consumer("w"),
         "subscribe": lambda: box.subscribe("news/#", "s"),
         "join a share group": lambda: box.subscribe("$share/g/news/#", "s"),
+        # What the CLI and the MQTT door call: it wrote the subscription's folders first.
+        "topics.subscribe": lambda: box.topics.subscribe("sport/#", "t"),
+        "topics.subscribe to a group": lambda: box.topics.subscribe("$share/h/sport/#", "t"),
+        "resubscribe": lambda: box.topics.resubscribe("sport/#", "t", qos=2),
+        "attach a dropbox": lambda: box.topics.attach_dropbox("sport/#", "spark"),
     }
     for what, call in calls.items():
         outcome = _in_a_thread(what, call)
@@ -1750,6 +1756,7 @@ def test_a_box_used_after_close_raises_closed_and_never_waits(tmp_path: Path, fs
         assert box.queue("jobs").put(b"again")
         assert box.queue("jobs").counts().ready == 2
         assert box.topics.subscriptions() == []  # none was left to collect for nobody
+    assert list(layout.subscription_folders(str(tmp_path))) == []  # nor half made
 
 
 @pytest.mark.parametrize(

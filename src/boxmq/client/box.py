@@ -279,6 +279,7 @@ class Box:
                     live_for=lambda dropbox, group, shown: self._engines.live(
                         dropbox.path, dropbox, group, shown
                     ),
+                    refuse_if_closed=self._engines.refuse_if_closed,
                     opened=self._engines.opened,
                     forget=self._forget_live,
                     ended=self._housekeeping.ended,

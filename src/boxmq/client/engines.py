@@ -126,6 +126,12 @@ class Engines:
                 self._live[dropbox.path] = live
             return live
 
+    def refuse_if_closed(self) -> None:
+        """Closed once the box is closed: for a caller that writes before it asks for an
+        engine (Topics.subscribe's records), which `live` refused only after them."""
+        if self._closed:
+            raise closed_box(self._root)
+
     def opened(self, path: str) -> LiveQueue | None:
         """The engine of the dropbox at `path`, if this process made one."""
         return self._live.get(path)

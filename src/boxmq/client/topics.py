@@ -108,6 +108,7 @@ class Topics(Publisher):
         clock: Clock,
         token: str,
         live_for: _LiveFor,
+        refuse_if_closed: Callable[[], None] = lambda: None,
         opened: _Opened = lambda path: None,
         forget: _Forget = lambda path: None,
         ended: _Forget = lambda path: None,
@@ -131,6 +132,9 @@ class Topics(Publisher):
         self._root = root
         self._v5 = v5
         self._live_for = live_for
+        # Closed for a closed box, before a subscription's records are written: `live_for`
+        # refused only after them, and left a subscription collecting for nobody.
+        self._refuse_if_closed = refuse_if_closed
         self._forget = forget
         self._ended = ended  # a subscription's folder deleted: told after (`_remove`)
         # A dropbox is made (a subscribe, a share group joined) and deleted (an unsubscribe,
@@ -176,6 +180,7 @@ class Topics(Publisher):
         removes it, with what it holds, once the process died without removing it (SIGKILL,
         a crash). A later subscribe of the same subscriber and filter without it makes the
         subscription outlive its process again."""
+        self._refuse_if_closed()
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber, _SUBSCRIBER)
         for flag, value in (
@@ -260,6 +265,7 @@ class Topics(Publisher):
         """Change the QoS or No Local of a durable subscription (or share-group membership)
         this process has open, in place: the messages it holds stay locked to it, so the flow
         is not interrupted (MQTT 5.0 §3.8.4). Messages already waiting keep their QoS."""
+        self._refuse_if_closed()
         parsed = parse_filter(filter)
         name = check_consumer_name(subscriber, _SUBSCRIBER)
         check_flag("no_local", no_local)  # else written into the record as it came
@@ -282,6 +288,7 @@ class Topics(Publisher):
 
         The member is bound to no process, so it stays until `unsubscribe`.
         """
+        self._refuse_if_closed()
         parsed = parse_filter(filter)
         subscription = Subscription(
             check_consumer_name(subscriber, _SUBSCRIBER), parsed, qos_level(qos), True
