@@ -799,7 +799,8 @@ class QueueService:
         path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
         if is_dropbox(path):
             raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
-        self._deleted_elsewhere(request.node)  # its queue's subscribers are not the topic's
+        if request.node in self._queues:  # known here, its folder gone: deleted elsewhere
+            self._forget_deleted(request.node)  # its subscribers are not the topic's
         if subscribers := len(self._subscriptions.of_node(request.node)):
             # A topic node exists while it has subscribers here: a queue of its name would
             # take every publish to the node from them.
@@ -986,9 +987,15 @@ class QueueService:
         subscribe to it answered with a subscription to nothing."""
         if node not in self._queues or is_dropbox(queue_path(self._box.root, node)):
             return False
+        self._forget_deleted(node)
+        return True
+
+    def _forget_deleted(self, node: str) -> None:
+        """The queue `node`, known here, was found deleted elsewhere (`_deleted_elsewhere`,
+        or a caller that has just looked at its folder itself): forgotten, its subscribers
+        here told and unsubscribed."""
         del self._queues[node]
         self._drop_queue_subscribers(node)
-        return True
 
     def _drop_queue_subscribers(self, node: str) -> None:
         """The queue `node` was deleted (here or elsewhere): its subscribers are told (XEP-0060

@@ -595,6 +595,26 @@ def test_a_queue_deleted_by_another_process_ends_its_subscriptions_here(
     assert wire.events() == [(ALICE, "item", item)]
 
 
+def test_a_queue_deleted_by_another_process_can_be_created_again_here(
+    wire: Wire, root: Path
+) -> None:
+    """The create of a node whose queue another process deleted makes it afresh (one look at
+    its folder): its old subscribers are told of the delete first, and nothing it held comes
+    to the new one's subscribers."""
+    wire.create()
+    wire.subscribe(BOB, 1)
+    wire.publish()
+    wire.events()
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+    assert wire.create().get("type") == "result"
+    assert _deletes(wire) == [BOB]
+    assert wire.subscribe(CAROL, 1).get("type") == "result"
+    item = wire.publish()
+    assert wire.events() == [(CAROL, "item", item)]
+    assert condition(wire.create()) == ("cancel", "conflict")  # it exists again
+
+
 @pytest.mark.parametrize("asks", ["delete", "configure"])
 def test_a_queue_deleted_by_another_process_is_not_found_by_an_owner_request(
     wire: Wire, root: Path, asks: str
