@@ -18,7 +18,7 @@ from boxmq.xmpp.conditions import INVALID_JID, INVALID_OPTIONS, NOT_ACCEPTABLE, 
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.forms import FormError, SeveralValues, submitted
 from boxmq.xmpp.jids import normal
-from boxmq.xmpp.subscribe_options import refuse_unserved_values
+from boxmq.xmpp.subscribe_options import refuse_unserved, refuse_unserved_values
 
 __all__ = [
     "Configure",
@@ -384,16 +384,21 @@ def _qos(child: Element) -> Request:
 def _options(pubsub: Element) -> dict[str, str] | None:
     """The submitted subscribe_options form's fields; None if there is none, or it is
     cancelled. A form that does not say one thing per field, or is of another FORM_TYPE, is an
-    invalid group of options (XEP-0060 §6.3, form processing failure)."""
-    options = pubsub.find(ns.tag(ns.PUBSUB, "options"))
+    invalid group of options (XEP-0060 §6.3, form processing failure), and so is one with a
+    field no subscription here honours (subscribe_options.py): refused here alone, before
+    anything is subscribed or changed, for one value as for several."""
+    element = pubsub.find(ns.tag(ns.PUBSUB, "options"))
     try:
-        form = options.find(_FORM) if options is not None else None
-        return submitted(form, ns.SUBSCRIBE_OPTIONS)
+        form = element.find(_FORM) if element is not None else None
+        options = submitted(form, ns.SUBSCRIBE_OPTIONS)
     except SeveralValues as error:
         refuse_unserved_values(error.var, error.values)  # the field's own reason, if it has one
         raise StanzaError(INVALID_OPTIONS, str(error)) from None
     except FormError as error:
         raise StanzaError(INVALID_OPTIONS, str(error)) from None
+    if options is not None:
+        refuse_unserved(options)
+    return options
 
 
 def _config(configure: Element | None) -> dict[str, str]:

@@ -87,7 +87,7 @@ from boxmq.xmpp.requests import (
     parse_request,
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
-from boxmq.xmpp.subscribe_options import QOS_LEVEL, QUEUE_REQUESTS, refuse_unserved
+from boxmq.xmpp.subscribe_options import QOS_LEVEL, QUEUE_REQUESTS
 from boxmq.xmpp.subscriptions import (
     SHARE_GROUP,
     Subscription,
@@ -560,8 +560,6 @@ class QueueService:
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
         if bare(request.jid) != bare(iq.sender):
             raise StanzaError(INVALID_JID, "subscribe your own JID")
-        if request.options is not None:  # before anything is subscribed or changed
-            refuse_unserved(request.options)
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:

@@ -83,6 +83,24 @@ def _options(form: Form | str) -> dict[str, str] | tuple[str, str, str | None] |
     return request.options
 
 
+def test_a_subscribe_whose_options_ask_what_is_not_served_is_refused_as_it_is_read() -> None:
+    """One place refuses the options no subscription here honours, the reader of the form, for
+    one value as for several (a field of several values it cannot hand on): the service
+    refused the one-value ones again after the reader."""
+    for value in ("false", ["false", "0"]):
+        assert _options(_submitted(("pubsub#deliver", value))) == (
+            "modify",
+            "bad-request",
+            "invalid-options",
+        )
+    assert _options(_submitted(("pubsub#queue_request", "5"))) == (  # a misspelt field
+        "modify",
+        "bad-request",
+        "invalid-options",
+    )
+    assert _options(_submitted(("pubsub#deliver", "true"))) == {"pubsub#deliver": "true"}
+
+
 def _config(
     form: Form | str, form_type: str = _NODE_CONFIG
 ) -> dict[str, str] | tuple[str, str, str | None]:
@@ -99,8 +117,8 @@ def _config(
 
 
 def test_a_submitted_form_is_its_fields_without_form_type() -> None:
-    form = _submitted(("pubsub#queue_requests", "3"), ("pubsub#qos_level", "assured"))
-    asked = {"pubsub#queue_requests": "3", "pubsub#qos_level": "assured"}
+    form = _submitted(("pubsub#queue_requests", "3"), ("boxmq#qos", "assured"))
+    asked = {"pubsub#queue_requests": "3", "boxmq#qos": "assured"}
     assert _options(form) == asked
     assert _config(form) == asked
 
