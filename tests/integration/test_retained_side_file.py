@@ -104,3 +104,21 @@ def test_a_kill_leaves_a_named_side_file_or_one_the_collection_removes(
         restarted.sweep(full=True)  # the temporaries a kill left, and the side files
         named = referenced(str(root))
         assert _side_files(restarted) == sorted(named), f"killed at change {step}"
+
+
+def test_an_api_subscriber_in_memory_gets_the_properties_its_header_names(root: Path) -> None:
+    """As the MQTT door's subscribers sent it from its file do, and as its live messages
+    come: `box.subscribe(durable=False)` reads the side file the header names."""
+    with boxmq.open(root, fsync="never") as box:
+        _retain(box, b"body")
+        with box.subscribe(TOPIC, "api", durable=False) as subscriber:
+            message = subscriber.receive(timeout=5)
+            assert message is not None
+            assert (message.body, message.retained) == (b"body", True)
+            assert message.properties == {
+                "k": "v",
+                "mqtt.content-type": "text/plain",
+                "mqtt.response-topic": "t/back",
+                "mqtt.correlation-data": "Y2Q=",
+            }
+            assert (message.reply_to, message.correlation_id) == ("t/back", "cd")

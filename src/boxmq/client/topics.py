@@ -723,7 +723,9 @@ class Topics(Publisher):
             )
         now = self._clock.now()
         for retained in self._matching_retained(subscription.filter):
-            envelope = retained_envelope(retained)
+            # Sent from its file, as to the MQTT door's subscribers (`retained_reading`): with
+            # the v5 properties its header names, which no dropbox copy's name has room for.
+            envelope = sent_retained_envelope(retained)
             if envelope.expired(now):
                 continue  # not sent (MQTT 5.0 §3.3.2.3.3), as a dropbox's copy expires there
             flagged = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
