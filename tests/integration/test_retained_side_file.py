@@ -16,8 +16,8 @@ from tests.crashes import Killed, kill_at
 import boxmq
 from boxmq.mqtt.packets import Publish
 from boxmq.mqtt.properties import Properties
-from boxmq.mqtt.stored import header_side_file
-from boxmq.store.side_files import GRACE, referenced
+from boxmq.mqtt.stored import side_file_of
+from boxmq.store.side_files import GRACE, NAMED_AS, key_of, referenced
 
 TOPIC = "t/a-topic-of-sixty-bytes-that-leaves-a-name-no-room-for-a-key"
 PROPERTIES = Properties.build(
@@ -28,14 +28,24 @@ PROPERTIES = Properties.build(
 )
 
 
-def _retain(box: boxmq.Box, body: bytes, properties: Properties = PROPERTIES) -> str | None:
+def _retain(
+    box: boxmq.Box, body: bytes, properties: Properties = PROPERTIES, *, superseded: bool = False
+) -> str | None:
     """What the MQTT door does for a retained PUBLISH whose topic leaves its name no room
-    for the key (mqtt/publishing.py `_write`, its last try): the side file, then the message
-    whose header names it; the header's field."""
+    for the key (mqtt/publishing.py `_write`, its last try): the publish writes the side
+    file, then the message whose header names it; the header's field that names it."""
     packet = Publish(TOPIC, body, 1, True, packet_id=1, properties=properties)
-    named = header_side_file(packet, {}, box.side_files, superseded=False)
-    box.topics.publish(TOPIC, body, retain=True, reserved=True, properties_file=named, qos=1)
-    return named
+    side_file = side_file_of(packet, {})
+    box.topics.publish(
+        TOPIC,
+        body,
+        retain=True,
+        reserved=True,
+        side_file=side_file,
+        superseded=superseded,
+        qos=1,
+    )
+    return None if side_file is None else NAMED_AS + key_of(side_file)
 
 
 def _side_files(box: boxmq.Box) -> list[str]:
@@ -122,3 +132,15 @@ def test_an_api_subscriber_in_memory_gets_the_properties_its_header_names(root: 
                 "mqtt.correlation-data": "Y2Q=",
             }
             assert (message.reply_to, message.correlation_id) == ("t/back", "cd")
+
+
+def test_a_delete_or_a_superseded_message_writes_no_side_file_for_a_header(root: Path) -> None:
+    """An empty retained PUBLISH deletes the topic's retained message and makes no header,
+    and one that came before the retained message in place (`superseded`) replaces nothing:
+    a side file written for either would be named by nothing, left for the hourly
+    collection."""
+    with boxmq.open(root, fsync="never") as box:
+        _retain(box, b"")
+        _retain(box, b"older", superseded=True)
+        assert box.topics.retained(TOPIC) is None
+        assert _side_files(box) == []

@@ -28,7 +28,9 @@ __all__ = [
     "LEVELS",
     "as_published_retained",
     "at_qos",
+    "carries_v5",
     "copy_names",
+    "names_side_file",
     "published_retained",
     "qos_level",
     "replaced_topic",
@@ -56,10 +58,20 @@ def sent_retained_envelope(retained: Retained) -> Envelope:
     named = retained.properties_file
     if named is None or not named.startswith(NAMED_AS):
         return envelope
-    if any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties):
+    if carries_v5(envelope):
         return envelope  # its name's own win: a header edited by hand changes nothing
     key = named.removeprefix(NAMED_AS)
     return envelope.with_property(PROPERTIES_FILE, PropertyType.STRING, key)
+
+
+def carries_v5(envelope: Envelope) -> bool:
+    """Whether `envelope`'s name holds its MQTT v5 properties, or the key of their side file."""
+    return any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties)
+
+
+def names_side_file(envelope: Envelope) -> bool:
+    """Whether `envelope`'s name holds the key of a side file of MQTT v5 properties."""
+    return any(p.name == PROPERTIES_FILE for p in envelope.properties)
 
 
 def qos_level(value: object) -> QoS:

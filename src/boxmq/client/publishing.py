@@ -18,7 +18,9 @@ from boxmq.client.body import body_bytes
 from boxmq.client.copies import (
     as_published_retained,
     at_qos,
+    carries_v5,
     copy_names,
+    names_side_file,
     published_retained,
     qos_level,
 )
@@ -54,7 +56,7 @@ from boxmq.store.layout import State
 from boxmq.store.names import encode
 from boxmq.store.records import read_file
 from boxmq.store.retained import Marked, RetainedStore
-from boxmq.store.side_files import SideFiles
+from boxmq.store.side_files import NAMED_AS, SideFiles
 from boxmq.store.spares import Spares, write_new
 
 __all__ = ["Publication", "PublishedEach", "Publisher"]
@@ -198,7 +200,6 @@ class Publisher:
         message_id: MessageId | None = None,
         reserved: bool = False,
         side_file: bytes | None = None,
-        properties_file: str | None = None,
     ) -> MessageId:
         """Send to every subscription matching `topic`; returns the message id.
 
@@ -208,12 +209,12 @@ class Publisher:
         in before it writes it: its place among its publisher's messages is where it was
         taken in, since a subscription orders its messages by their ids). reserved: a door's
         message, whose `bx_*` properties are boxmq's own (`bx_v5`): a user's are refused.
-        side_file: the bytes of the side file a door's `properties` name (`bx_v5h`), written
-        only where a file will name it: a copy, or the topic's retained message (a delete,
-        with no body, is kept nowhere).
-        properties_file: `bx_v5hS=<key>`, a side file already written, for the header of the
-        retained message (`RetainedStore.stage`) when its name has no room for that key (the
-        MQTT door's long topics); its copies go without."""
+        side_file: the bytes of the side file of a door's message's v5 properties, written
+        only where a file will name it: a copy or the topic's retained message whose name
+        holds its key (`bx_v5h` in `properties`), or, where `properties` hold none of them
+        (the MQTT door's long topics, whose names have no room for the key), the retained
+        message's header (`RetainedStore.stage`), its copies going without. A delete, with
+        no body, is kept nowhere."""
         validate_topic(topic)
         level = qos_level(qos)
         check_flag("retain", retain)
@@ -246,16 +247,15 @@ class Publisher:
         as_retained = retain and not superseded
         try:
             if as_retained:
-                self._publish_retained(envelope, data, level, source, side_file, properties_file)
+                self._publish_retained(envelope, data, level, source, side_file)
             else:
                 self._route(envelope, data, level, source, side_file=side_file)
         except MetadataTooLong as error:  # raised by `_names`, before anything is written
             at_level = partial(copy_names, levels=(level,))
             if as_retained:  # kept with no subscriber too (MQTT 5.0 §3.3.1.3)
+                # Its name holds the key of the side file `spilled` wrote: a door's is not named.
                 envelope, _ = spilled(envelope, self._side_files, at_level, error)
-                self._publish_retained(
-                    envelope, data, level, source, properties_file=properties_file
-                )
+                self._publish_retained(envelope, data, level, source)
             else:
                 # The route the copies take, found once: a subscription made after it gets
                 # no copy, so none can name a side file that was not written.
@@ -306,7 +306,6 @@ class Publisher:
         level: QoS,
         source: str | None,
         side_file: bytes | None = None,
-        properties_file: str | None = None,
     ) -> None:
         """All or nothing, as the publisher is told: the retained message is written first
         (a full disk refuses it before any copy went out) and put in place last, once the
@@ -315,15 +314,16 @@ class Publisher:
         acknowledged: its resend is delivered again (at least once) and then retained. Left:
         a rename into .retained/ that fails after the copies went out (EIO); the publisher is
         told of a failure for copies that were delivered, as when a commit's last flush fails.
+        `side_file`: as `publish` says; named by the header where the name holds none of the
+        properties, written before it (the committer's flush at `replace` covers it).
         """
         assert envelope.topic is not None
+        name = copy_names(envelope, (level,))[level]  # MetadataTooLong before any write
+        in_header = None
+        if side_file is not None and data and not carries_v5(envelope):
+            in_header = self._put_side_file(side_file)
         with self._retained_lock.shared():
-            staged = self._retained.stage(
-                envelope.topic,
-                copy_names(envelope, (level,))[level],
-                data,
-                properties_file=properties_file,
-            )
+            staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
             try:
                 # A retained message names its side file, unless it deletes (no body).
                 self._route(envelope, data, level, source, side_file=side_file, kept=bool(data))
@@ -447,10 +447,8 @@ class Publisher:
         if route is None:
             route = self._destinations(envelope.topic, level, source)
         names = copy_names(envelope, route.levels)
-        if side_file is not None and (kept or route.copied):
-            if self._side_files is None:  # a door's message, on a box without side files
-                raise InvalidArgument("this box keeps no side files for the properties named")
-            self._side_files.put(side_file)
+        if side_file is not None and (kept or route.copied) and names_side_file(envelope):
+            self._put_side_file(side_file)
         move = self._staged(envelope, data, None, route.durable, names)
         if move is not None:
             try:
@@ -459,6 +457,13 @@ class Publisher:
                 discard_unsent([move])  # written just now: it must never go out later
                 raise
         self._hand_over([(envelope, data, route, names)])
+
+    def _put_side_file(self, side_file: bytes) -> str:
+        """Write a door's side file; how a retained message's header names it
+        (`bx_v5hS=<key>`: store/retained.py, PROPERTIES_SIDE_FILE)."""
+        if self._side_files is None:  # a door's message, on a box without side files
+            raise InvalidArgument("this box keeps no side files for the properties named")
+        return NAMED_AS + self._side_files.put(side_file)
 
     def _envelope(
         self,

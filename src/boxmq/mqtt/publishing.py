@@ -72,7 +72,6 @@ from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
     exactly_once_source,
-    header_side_file,
     kept_properties,
     publication_of,
     released_publish,
@@ -799,7 +798,6 @@ class Publishing:
         self, client_id: str, packet: Publish, *, superseded: bool, message_id: str | None
     ) -> MessageId:
         expiry = stored_expiry(packet)
-        side_files = self._box.side_files
 
         def publish(properties: dict[str, str]) -> MessageId:
             return self._box.topics.publish(
@@ -813,14 +811,14 @@ class Publishing:
                 superseded=superseded,
                 message_id=None if message_id is None else MessageId(message_id),
                 reserved=True,  # its bx_v5 or bx_v5h, and bx_rp: boxmq's own
-                # Written only where a file names it: a retained delete with no durable
-                # subscriber left one nobody read, collected an hour later.
+                # Written only where a file names it (a copy's name, or the retained
+                # message's name or header): a retained delete with no durable subscriber
+                # left one nobody read, collected an hour later.
                 side_file=side_file_of(packet, properties),
-                properties_file=header_side_file(packet, properties, side_files, superseded),
             )
 
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
-        return store_with_properties(packet, side_files, publish, room, write=False)
+        return store_with_properties(packet, self._box.side_files, publish, room, write=False)
 
     def _deliver_kept(
         self, client_id: str, packet_id: int, kept: list[Publish], number: int

@@ -11,8 +11,8 @@ Invariants:
   their messages their properties (logged), never their delivery: they are checked as a
   PUBLISH from a client is before they go out, so no subscriber is sent what it must refuse.
   A retained message whose topic leaves no room even for the key names its side file in its
-  file's header (`header_side_file`), for the subscribers sent it from there; its copies in
-  dropboxes go without.
+  file's header (`side_file_of`, written by Topics.publish), for the subscribers sent it from
+  there; its copies in dropboxes go without.
 - A PUBLISH read back carries what is left of its Message Expiry Interval (§3.3.2.3.3), at
   most MQTT's 2^32-1 seconds however far off the name's expiration is (a script's
   Long.MAX_VALUE), and none when the name has no expiration (a requeue dropped one that had
@@ -63,7 +63,6 @@ from boxmq.model import (
     RETAINED,
     V5_PROPERTIES,
     Envelope,
-    PropertyType,
     PropertyValue,
     property_text,
 )
@@ -87,7 +86,6 @@ __all__ = [
     "consumer_name",
     "exactly_once_source",
     "group_of",
-    "header_side_file",
     "kept_properties",
     "publication_of",
     "publish_of",
@@ -188,11 +186,17 @@ def kept_properties(
 
 
 def side_file_of(packet: Publish, properties: dict[str, str]) -> bytes | None:
-    """The bytes of the side file `properties` (of `kept_properties(packet, ...)`) name; None
-    if they name none."""
-    if PROPERTIES_FILE not in properties:
-        return None
-    return packet.properties.without(*NOT_FORWARDED).raw
+    """The bytes of the side file of the PUBLISH's v5 properties, for the publish to write
+    where a file will name it (Topics.publish): the names of its copies and of its retained
+    message when `properties` (what its name holds: `kept_properties(packet, ...)`, or what
+    `store_with_properties` tried last) hold the key; else, for a retained message whose
+    name holds none of them (a topic that left no room even for the key), its file's header
+    in `.retained/`. None if no file can name one."""
+    if V5_PROPERTIES in properties:
+        return None  # in the name itself
+    if PROPERTIES_FILE not in properties and not packet.retain:
+        return None  # its copies on disk go without: no room
+    return packet.properties.without(*NOT_FORWARDED).raw or None
 
 
 def group_of(props: Properties) -> dict[str, str]:
@@ -245,23 +249,6 @@ def store_with_properties(
         with contextlib.suppress(MetadataTooLong):
             return _stored_without(store, group, packet.topic, "its v5 properties", kept)
     return _stored_without(store, {}, packet.topic, "its v5 properties", kept)
-
-
-def header_side_file(
-    packet: Publish, properties: dict[str, str], side_files: SideFiles, superseded: bool
-) -> str | None:
-    """`bx_v5hS=<key>` for the header of the retained message `packet` makes when its name
-    holds none of its v5 properties (`properties`, what `store_with_properties` tries: a topic
-    that leaves no room for a side file's key), with the side file written now, before the
-    header names it; else None. The subscribers sent it from its file get them; its copies
-    in dropboxes go without (they have no more room)."""
-    if not packet.retain or not packet.payload or superseded or V5_PROPERTIES in properties:
-        return None  # not retained, or a delete (no body), which makes no header
-    if PROPERTIES_FILE in properties or not packet.properties.raw:
-        return None
-    kept = kept_properties(packet, side_files, spill=True)
-    key = kept.get(PROPERTIES_FILE)
-    return None if key is None else f"{PROPERTIES_FILE}{PropertyType.STRING.value}={key}"
 
 
 def _stored_without(

@@ -204,36 +204,31 @@ def test_a_topic_that_leaves_no_room_even_for_the_key_is_stored_without_properti
     assert "no room in a file name for its v5 properties" in caplog.text
 
 
-def test_a_retained_message_without_its_properties_in_its_name_names_their_side_file(
+def test_the_side_file_of_a_publish_is_for_a_name_or_a_retained_messages_header(
     tmp_path: Path,
 ) -> None:
-    """Its header's field (store/retained.py): written before it is returned, in the form the
-    collection finds; none where the name holds them, for a copy that is not retained, or
-    one that replaces nothing."""
+    """What the publish writes where a file names it (Topics.publish): for a name holding
+    its key, and for a retained message whose name holds none of them (its header, in
+    store/retained.py); none where the name holds the properties themselves, for a copy that
+    is not retained and has no room, or for a PUBLISH without properties."""
     side = SideFiles(str(tmp_path))
     retained = Publish("t", b"x", 1, True, packet_id=1, properties=_LONG)
-    named = stored.header_side_file(retained, {}, side, superseded=False)
-    assert named is not None
-    key = named.removeprefix(PROPERTIES_FILE + PropertyType.STRING.value + "=")
-    assert (tmp_path / ".properties" / key).read_bytes() == _LONG.raw
+    assert stored.side_file_of(retained, {}) == _LONG.raw
     grouped = {GROUP_KEY: "g"}  # the group went alone
-    assert stored.header_side_file(retained, grouped, side, superseded=False) == named
-    assert stored.header_side_file(retained, {}, side, superseded=True) is None
-    in_name = kept_properties(retained, side)
-    assert stored.header_side_file(retained, in_name, side, superseded=False) is None
+    assert stored.side_file_of(retained, grouped) == _LONG.raw
+    keyed = kept_properties(retained, side, write=False)
+    assert PROPERTIES_FILE in keyed
+    assert stored.side_file_of(retained, keyed) == _LONG.raw
+    short = Publish("t", b"x", 1, True, packet_id=1, properties=Properties.build(content_type="a"))
+    in_name = kept_properties(short, side)
+    assert V5_PROPERTIES in in_name
+    assert stored.side_file_of(short, in_name) is None
     plain = Publish("t", b"x", 1, False, packet_id=1, properties=_LONG)
-    assert stored.header_side_file(plain, {}, side, superseded=False) is None
+    assert stored.side_file_of(plain, {}) is None
+    assert stored.side_file_of(plain, kept_properties(plain, side, write=False)) == _LONG.raw
     bare = Publish("t", b"x", 1, True, packet_id=1)
-    assert stored.header_side_file(bare, {}, side, superseded=False) is None
-
-
-def test_a_retained_delete_writes_no_side_file_for_a_header(tmp_path: Path) -> None:
-    """An empty retained PUBLISH deletes the topic's retained message and makes no header:
-    a side file written for one would be named by nothing, left for the hourly collection."""
-    side = SideFiles(str(tmp_path))
-    delete = Publish("t", b"", 1, True, packet_id=1, properties=_LONG)
-    assert stored.header_side_file(delete, {}, side, superseded=False) is None
-    assert not (tmp_path / ".properties").exists() or not any((tmp_path / ".properties").iterdir())
+    assert stored.side_file_of(bare, {}) is None
+    assert not (tmp_path / ".properties").exists()  # nothing written here
 
 
 def test_a_topic_too_long_even_without_properties_is_refused(tmp_path: Path) -> None:
