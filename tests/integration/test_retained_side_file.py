@@ -14,6 +14,8 @@ import pytest
 from tests.crashes import Killed, kill_at
 
 import boxmq
+from boxmq.client.assured import AssuredMessage
+from boxmq.model import PUBLISHED_RETAINED
 from boxmq.mqtt.packets import Publish
 from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.stored import side_file_of
@@ -144,3 +146,35 @@ def test_a_delete_or_a_superseded_message_writes_no_side_file_for_a_header(root:
         _retain(box, b"older", superseded=True)
         assert box.topics.retained(TOPIC) is None
         assert _side_files(box) == []
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["held", "restarted"])
+def test_an_exactly_once_retained_message_names_its_side_file_at_its_deliver(
+    root: Path, restarted: bool
+) -> None:
+    """A persistent MQTT session's retained QoS 2 message waits in the exactly-once intake
+    for its PUBREL, its name there with no room for the key: its side file is written at its
+    `deliver`, which names it in the retained file's header (before, it went without). A
+    restart in between leaves only its name on disk: it goes without them, as its copies."""
+    raw = PROPERTIES.raw
+    retained = {PUBLISHED_RETAINED: True}  # as the MQTT door's: boxmq's own bx_rp
+    message = AssuredMessage(
+        "mqtt:pub", "1", b"body", topic=TOPIC, properties=retained, side_file=raw
+    )
+    box = boxmq.open(root, fsync="never")
+    assert box.intake.assured_one(message, reserved=True)
+    assert _side_files(box) == []  # not yet: named by nothing until the deliver
+    if restarted:
+        box.close()
+        box = boxmq.open(root, fsync="never")
+    with box:
+        assert box.intake.deliver("mqtt:pub", "1", remember=False)
+        [(envelope, body)] = box.topics.retained_reading(TOPIC)
+        assert body == b"body"
+        if restarted:
+            assert envelope.property_value("bx_v5h") is None
+            assert _side_files(box) == []
+        else:
+            assert envelope.property_value("bx_v5h") == key_of(raw)
+            assert box.side_files.get(key_of(raw)) == raw
+            assert referenced(str(root)) == {key_of(raw)}

@@ -93,7 +93,9 @@ log = logging.getLogger("boxmq.exactly_once")
 # The flag: a retained one among them is superseded (replaces no retained message). The mark:
 # a restart's, when their `deliver` was marked and the retained file then (Topics.send_files's
 # `marked`), else None.
-_FanOut = Callable[[Sequence[tuple[Envelope, str, str]], bool, Marked | None], list[OSError | None]]
+_FanOut = Callable[
+    [Sequence[tuple[Envelope, str, str, bytes | None]], bool, Marked | None], list[OSError | None]
+]
 
 
 class AssuredMessage(NamedTuple):
@@ -110,6 +112,11 @@ class AssuredMessage(NamedTuple):
     expires_in: float | None = None
     text: bool = False  # the body is a str's UTF-8: stored as class T, as a put of a str is
     identities: tuple[str, ...] = ()  # other names of the source, for trusted_sources
+    # A door's retained message whose name holds none of its v5 properties (an MQTT topic
+    # too long even for their side file's key): the side file's bytes, for the header of the
+    # retained message its `deliver` makes (Topics.send_files), written then. Held in memory
+    # only: one delivered after a restart goes without them, as its copies do.
+    side_file: bytes | None = None
 
 
 Outcome = bool | BoxMQError | OSError
@@ -122,6 +129,7 @@ class _Pending:
     path: str  # the file in working/
     queue: str | None  # the destination: a queue, or (None) the topic in the envelope
     envelope: Envelope
+    side_file: bytes | None = None  # AssuredMessage.side_file; None once restored from disk
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +356,9 @@ class AssuredIntake:
                 raise naming(error, temporary) from error
             raise
         key = (message.source, message.msg_id)
-        return _Staged(key, Move(temporary, path), _Pending(path, queue, envelope))
+        return _Staged(
+            key, Move(temporary, path), _Pending(path, queue, envelope, message.side_file)
+        )
 
     def _working_dir(self, queue: str | None) -> str:
         if queue is None:
@@ -548,10 +558,11 @@ class AssuredIntake:
         return Move(pending.path, box.file(State.TARGET, os.path.basename(pending.path)))
 
     @staticmethod
-    def _as_file(pending: _Pending) -> tuple[Envelope, str, str]:
-        """What the topics' fan-out takes: the copies' envelope, the file, its sender."""
+    def _as_file(pending: _Pending) -> tuple[Envelope, str, str, bytes | None]:
+        """What the topics' fan-out takes: the copies' envelope, the file, its sender, and
+        the side file for a retained message's header."""
         source = str(pending.envelope.property_value(SOURCE))
-        return _as_copied(pending.envelope), pending.path, _publisher(source)
+        return _as_copied(pending.envelope), pending.path, _publisher(source), pending.side_file
 
     def peek(self, source: str, msg_id: str) -> tuple[Envelope, bytes] | None:
         """What `source` stored (step 1) under `msg_id` and waits for its `deliver`: its

@@ -334,14 +334,16 @@ class Publisher:
 
     def send_files(
         self,
-        files: Sequence[tuple[Envelope, str, str | None]],
+        files: Sequence[tuple[Envelope, str, str | None, bytes | None]],
         *,
         superseded: bool = False,
         marked: Marked | None = None,
     ) -> list[OSError | None]:
         """Publish files already written and flushed (exactly-once messages on `deliver`),
-        each `(envelope, path, source)`, in order, their copies flushed together: each one's
-        error (none of its copies sent), or None.
+        each `(envelope, path, source, side_file)`, in order, their copies flushed together:
+        each one's error (none of its copies sent), or None. `side_file`: the bytes of the
+        side file of a retained one's v5 properties, for its file's header where its name
+        holds none of them (`_replace_retained`); None if none.
 
         The copies pass through each subscription's `working/.exactly-once/` (store/fanout.py),
         so that sending a file again after a crash never sends a copy twice (the copies a
@@ -357,7 +359,7 @@ class Publisher:
         file was in place then: a retained message or a delete written since (the file
         itself before the crash, or a later one another process published meanwhile) stays."""
         if not superseded:
-            for envelope, _, _ in files:  # a loop, not any() of a generator: half its cost
+            for envelope, _, _, _ in files:  # a loop, not any() of a generator: half its cost
                 if published_retained(envelope):
                     with self._retained_lock.shared():  # see its comment in __init__
                         return self._send_files(files, retained=True, marked=marked)
@@ -365,7 +367,7 @@ class Publisher:
 
     def _send_files(
         self,
-        files: Sequence[tuple[Envelope, str, str | None]],
+        files: Sequence[tuple[Envelope, str, str | None, bytes | None]],
         *,
         retained: bool,
         marked: Marked | None = None,
@@ -373,7 +375,7 @@ class Publisher:
         errors: list[OSError | None] = [None] * len(files)
         planned: list[tuple[int, _Planned]] = []
         moves: list[list[Move]] = []
-        for index, (envelope, path, source) in enumerate(files):
+        for index, (envelope, path, source, side_file) in enumerate(files):
             try:
                 # On a descriptor (open, fstat, read, close): a file object's made nine system
                 # calls, five more each deliver (a second fstat, ioctl, two lseeks, a read).
@@ -384,7 +386,7 @@ class Publisher:
             assert envelope.topic is not None
             if retained and published_retained(envelope):
                 try:
-                    self._replace_retained(envelope, data, marked)
+                    self._replace_retained(envelope, data, marked, side_file)
                 except OSError as error:
                     errors[index] = error
                     continue
@@ -401,11 +403,17 @@ class Publisher:
         self._hand_over(sent)
         return errors
 
-    def _replace_retained(self, envelope: Envelope, data: bytes, marked: Marked | None) -> None:
+    def _replace_retained(
+        self, envelope: Envelope, data: bytes, marked: Marked | None, side_file: bytes | None
+    ) -> None:
         """An exactly-once file published retained becomes its topic's retained message,
         unless a restart finishes its `deliver` `marked` before a crash and the topic's
         retained message was written or deleted since: MQTT keeps the last one received
-        (MQTT-3.3.1-5), and this one was received (its PUBREL) before that write."""
+        (MQTT-3.3.1-5), and this one was received (its PUBREL) before that write.
+        `side_file`, where its name holds none of its v5 properties (a long MQTT topic): its
+        file's header names it, as `_publish_retained` does, written now, before the header
+        (a side file written at its PUBLISH, named by nothing until its PUBREL, could be
+        collected meanwhile)."""
         assert envelope.topic is not None
         if marked is not None and self._retained.written_since(envelope.topic, marked):
             log.info(
@@ -415,7 +423,11 @@ class Publisher:
             )
             return
         name = copy_names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
-        self._retained.replace(self._retained.stage(envelope.topic, name, data))
+        in_header = None
+        if side_file is not None and data and not carries_v5(envelope):
+            in_header = self._put_side_file(side_file)
+        staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
+        self._retained.replace(staged)
 
     def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
         """Where `send_files` would put the copies of `envelope` (published at QoS 2, from no

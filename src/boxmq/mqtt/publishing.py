@@ -948,6 +948,10 @@ def _assured_message(client_id: str, packet: Publish, properties: dict[str, str]
         topic=packet.topic,
         properties=given,
         expires_in=expiry,
+        # For the header of the retained message its PUBREL makes, where its name holds none
+        # of its properties (a long topic): the others need none (their names hold the key
+        # of a side file `store_with_properties` wrote, or nothing).
+        side_file=side_file_of(packet, properties) if packet.retain else None,
     )
 
 

@@ -116,3 +116,25 @@ def test_a_retained_delete_writes_a_side_file_only_for_a_copy(
         _assert_intact(message.properties)
     side = server.root / SIDE_DIR
     assert len(os.listdir(side) if side.exists() else []) == (1 if subscribed else 0)
+
+
+LONG_TOPIC = "cfg/a-topic-of-sixty-bytes-that-leaves-no-room-for-a-key-her"
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["plain", "persistent"])
+def test_a_retained_qos2_message_on_a_long_topic_keeps_its_properties(
+    server: RunningServer, persistent: bool
+) -> None:
+    """MQTT-3.3.2-17/18: a retained message's properties go to every later subscriber. On a
+    topic that leaves its name no room even for their side file's key, its file's header
+    names the side file. A persistent session's QoS 2 one waits in the exactly-once intake
+    for its PUBREL, then replaces the retained message there: before, without the header's
+    field, so a later subscriber got it without its properties."""
+    assert len(LONG_TOPIC) == 60
+    publisher = paho(server, "pub", clean=not persistent, expiry=300 if persistent else None)
+    publisher.publish(LONG_TOPIC, b"v1", 2, retain=True, properties=_long_properties())
+    later = paho(server, "later")  # gets it from the retained store
+    later.subscribe("cfg/#", 2)
+    message = later.next()
+    assert (message.payload, message.retain, message.qos) == (b"v1", True, 2)
+    _assert_intact(message.properties)
