@@ -6,7 +6,10 @@ when a kill left the file with no message naming it."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -178,3 +181,32 @@ def test_an_exactly_once_retained_message_names_its_side_file_at_its_deliver(
             assert envelope.property_value("bx_v5h") == key_of(raw)
             assert box.side_files.get(key_of(raw)) == raw
             assert referenced(str(root)) == {key_of(raw)}
+
+
+def _cli_json(root: Path, *args: str) -> object:
+    done = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_the_cli_shows_a_subscriptions_copy_which_has_no_room_for_them(root: Path) -> None:
+    """docs/cli.md: `peek` and `get` show the copy a durable subscription got, written into
+    its dropbox with the retained message's name, which has no room for the key; the file
+    in `.retained/` keeps naming the side file."""
+    with boxmq.open(root, fsync="never") as box:
+        named = _retain(box, b"body")
+        box.subscribe(TOPIC, "s").close()  # gets the retained message's copy
+    peeked = _cli_json(root, "peek", TOPIC, "--subscriber", "s")
+    assert isinstance(peeked, list)
+    assert [each["properties"] for each in peeked] == [{}]
+    got = _cli_json(root, "get", TOPIC, "--subscriber", "s")
+    assert isinstance(got, dict)
+    assert (got["body"], got["properties"], got["reply-to"]) == ("body", {}, None)
+    with boxmq.open(root, fsync="never") as box:
+        [(envelope, _)] = box.topics.retained_reading(TOPIC)
+        assert named == NAMED_AS + str(envelope.property_value("bx_v5h"))
