@@ -210,3 +210,36 @@ def test_the_cli_shows_a_subscriptions_copy_which_has_no_room_for_them(root: Pat
     with boxmq.open(root, fsync="never") as box:
         [(envelope, _)] = box.topics.retained_reading(TOPIC)
         assert named == NAMED_AS + str(envelope.property_value("bx_v5h"))
+
+
+@pytest.mark.parametrize("step", range(1, 12))
+def test_a_kill_in_an_exactly_once_deliver_leaves_a_named_side_file_or_none(
+    root: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """The deliver writes the side file, then the retained message whose header names it: a
+    kill at any step, and the restart that finishes the deliver from its marker (without the
+    side file's bytes, which were in memory), leave the message whole, with the properties
+    or without, and no side file the collection keeps that nothing names."""
+    clock = boxmq.ManualClock(time.time())
+    retained = {PUBLISHED_RETAINED: True}
+    message = AssuredMessage(
+        "mqtt:pub", "1", b"body", topic=TOPIC, properties=retained, side_file=PROPERTIES.raw
+    )
+    box = boxmq.open(root, fsync="never", clock=clock)
+    assert box.intake.assured_one(message, reserved=True)
+    with monkeypatch.context() as dying:
+        kill_at(dying, step)
+        with contextlib.suppress(Killed):
+            box.intake.deliver("mqtt:pub", "1", remember=False)
+    box.close()
+    with boxmq.open(root, fsync="never", clock=clock) as restarted:
+        restarted.intake.deliver("mqtt:pub", "1", remember=False)  # done already, or now
+        [(envelope, body)] = restarted.topics.retained_reading(TOPIC)
+        assert body == b"body", f"killed at change {step}"
+        key = envelope.property_value("bx_v5h")
+        if key is not None:
+            assert restarted.side_files.get(str(key)) == PROPERTIES.raw, f"killed at {step}"
+        clock.advance(GRACE + 1)
+        restarted.sweep(full=True)
+        restarted.side_files.collect(lambda: referenced(str(root)), now=clock.now())
+        assert _side_files(restarted) == sorted(referenced(str(root))), f"killed at {step}"
