@@ -52,6 +52,7 @@ from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_all
 from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.framing import PacketType
 from boxmq.mqtt.packets import (
     ProtocolVersion,
     Puback,
@@ -63,7 +64,7 @@ from boxmq.mqtt.packets import (
     with_expiry,
 )
 from boxmq.mqtt.properties import EMPTY, Properties, PropertyId
-from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.reasons import ReasonCode, reason_for, reason_in
 from boxmq.mqtt.retained_order import RetainedOrder
 from boxmq.mqtt.retained_window import Written
 from boxmq.mqtt.routes import DurableRoutes
@@ -455,7 +456,8 @@ class Publishing:
             # §3.1.2.11.7: no Reason String for a client that asked for no problem information
             connection = client.link.connection
             why = Properties.build(reason_string=str(error)) if connection.problems else EMPTY
-            self._out.send(client, type(ack)(ack.packet_id, reason_for(error), why))
+            kind = PacketType.PUBREC if isinstance(ack, Pubrec) else PacketType.PUBACK
+            self._out.send(client, type(ack)(ack.packet_id, reason_in(kind, error), why))
         elif dropped:
             self._out.send(client, self._dropped(session, ack))
         else:
@@ -469,7 +471,7 @@ class Publishing:
         passed_over = self._refusal_lines.refused(client_id, now=self._clock.now())
         if passed_over is None:
             return
-        reason = reason_for(error)
+        reason = reason_in(PacketType.PUBREC, error)
         told = (
             f"PUBREC {reason:#04x} {reason.name.lower().replace('_', ' ')}"
             if v5

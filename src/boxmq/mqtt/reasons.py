@@ -7,7 +7,8 @@ Invariants:
 - `reason_for` is the only place an error becomes a reason code (STYLE rule 6): the most
   specific class in the exception's MRO that the table knows wins.
 - `ALLOWED_REASONS` lists, per packet type, the codes MQTT 5.0 defines for it (§2.4); the
-  codec refuses any other as a malformed packet.
+  codec refuses any other as a malformed packet, and `reason_in` gives an acknowledgement
+  only those (MQTT-3.4.2-1, MQTT-3.5.2-1, MQTT-3.11.3-2).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ __all__ = [
     "reason_for",
     "reason_from_connect_return_code",
     "reason_from_v311_suback",
+    "reason_in",
     "reason_of",
     "v311_suback_code",
 ]
@@ -283,3 +285,22 @@ def reason_for(error: BaseException) -> ReasonCode:
         if cls in _REASONS:
             return _REASONS[cls]
     return _R.UNSPECIFIED_ERROR
+
+
+# What an acknowledgement says when its table lacks the code `reason_for` gives: a message over
+# a size cap exceeds "an implementation or administrative imposed limit" (0x97, §3.4.2.1);
+# DISCONNECT's 0x95 Packet too large is no PUBACK or PUBREC code.
+_NEAREST: Final[Mapping[ReasonCode, ReasonCode]] = {_R.PACKET_TOO_LARGE: _R.QUOTA_EXCEEDED}
+
+
+def reason_in(kind: PacketType, error: BaseException) -> ReasonCode:
+    """`reason_for(error)` as a `kind` packet may carry it: one of its own Reason Codes
+    (`ALLOWED_REASONS`; MQTT-3.4.2-1, MQTT-3.5.2-1, MQTT-3.11.3-2), the nearest (`_NEAREST`)
+    or else 0x80 Unspecified error, which every acknowledgement has. A client reading a code
+    its packet has no such treats the packet as malformed, as boxmq's own codec does."""
+    allowed = ALLOWED_REASONS[kind]
+    reason = reason_for(error)
+    if reason in allowed:
+        return reason
+    nearest = _NEAREST.get(reason, _R.UNSPECIFIED_ERROR)
+    return nearest if nearest in allowed else _R.UNSPECIFIED_ERROR

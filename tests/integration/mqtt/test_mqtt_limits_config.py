@@ -41,7 +41,9 @@ def test_limits_at_the_highest_values_the_file_accepts(tmp_path: Path, v5: bool)
 
 def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path) -> None:
     """`[exactly_once] max_message_size` in `boxmq serve`'s file: a bigger QoS 2 PUBLISH is
-    refused with PUBREC 0x95 (Packet too large), a smaller one is stored (PUBREC 0x00)."""
+    refused with PUBREC 0x97 (Quota exceeded: a PUBREC carries only a PUBREC Reason Code,
+    MQTT-3.5.2-1, and 0x95 Packet too large is none), its Reason String naming the cap; a
+    smaller one is stored (PUBREC 0x00)."""
     config = tmp_path / "boxmq.toml"
     config.write_text("[exactly_once]\nmax_message_size = 10\n")
     with serving_fresh(tmp_path, "--config", str(config)) as address:
@@ -49,7 +51,7 @@ def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path)
         with sock:
             sock.sendall(publish_qos2("eo/big", 1, b"eleven byte"))
             kind, body = read(sock)
-            assert (kind, body[:3]) == (0x50, b"\x00\x01\x95")  # PUBREC: packet too large
+            assert (kind, body[:3]) == (0x50, b"\x00\x01\x97")  # PUBREC: quota exceeded
             assert b"over max_message_size (10)" in body  # its Reason String
             sock.sendall(publish_qos2("eo/small", 2, b"ten bytes!"))
             kind, body = read(sock)

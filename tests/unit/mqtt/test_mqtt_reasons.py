@@ -16,11 +16,14 @@ from boxmq.errors import (
     BoxMQError,
     InvalidTopic,
     MalformedPacket,
+    MessageTooLarge,
     MetadataTooLong,
     NotAllowed,
     PacketTooLarge,
     ProtocolViolation,
     ResourceConstraint,
+    StoreFailed,
+    StoreFull,
 )
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
@@ -38,6 +41,7 @@ from boxmq.mqtt.reasons import (
     reason_for,
     reason_from_connect_return_code,
     reason_from_v311_suback,
+    reason_in,
     v311_suback_code,
 )
 
@@ -68,6 +72,29 @@ def test_each_error_maps_to_the_code_the_server_sends(
     error: BaseException, reason: ReasonCode
 ) -> None:
     assert reason_for(error) is reason
+
+
+@pytest.mark.parametrize(
+    ("kind", "error", "reason"),
+    [
+        (PacketType.PUBREC, MessageTooLarge("x"), R.QUOTA_EXCEEDED),  # not 0x95
+        (PacketType.PUBACK, PacketTooLarge("x"), R.QUOTA_EXCEEDED),
+        (PacketType.PUBREC, ResourceConstraint("x"), R.QUOTA_EXCEEDED),
+        (PacketType.PUBACK, MetadataTooLong("x"), R.TOPIC_NAME_INVALID),
+        (PacketType.PUBACK, NotAllowed("x"), R.NOT_AUTHORIZED),
+        (PacketType.UNSUBACK, StoreFull(OSError(28, "full")), R.UNSPECIFIED_ERROR),  # not 0x97
+        (PacketType.UNSUBACK, StoreFailed(OSError(5, "EIO")), R.UNSPECIFIED_ERROR),
+        (PacketType.SUBACK, StoreFull(OSError(28, "full")), R.QUOTA_EXCEEDED),
+        (PacketType.DISCONNECT, MessageTooLarge("x"), R.PACKET_TOO_LARGE),
+    ],
+    ids=lambda v: v.name if isinstance(v, PacketType) else type(v).__name__,
+)
+def test_an_acknowledgement_carries_only_its_own_reason_codes(
+    kind: PacketType, error: BaseException, reason: ReasonCode
+) -> None:
+    """MQTT-3.4.2-1, MQTT-3.5.2-1, MQTT-3.11.3-2: the nearest code the packet has, else 0x80."""
+    assert reason_in(kind, error) is reason
+    assert reason in ALLOWED_REASONS[kind]
 
 
 def test_the_most_specific_mapped_class_wins() -> None:
