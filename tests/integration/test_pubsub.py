@@ -1129,7 +1129,7 @@ def test_an_unsubscribe_done_is_told_done_when_the_disk_refuses_to_tell_the_othe
     box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, filter: str
 ) -> None:
     """The subscription deleted (a member's file), then the generation's write refused: the
-    unsubscribe raised ENOSPC (MQTT: UNSUBACK 0x97, which says the subscription stays) with
+    unsubscribe raised ENOSPC (MQTT: UNSUBACK 0x80, which says the subscription stays) with
     the subscription gone (found by a disk-full hunt)."""
     box.subscribe("news/#", "other").close()
     with box.subscribe(filter, "s"):  # a share group's member leaves as it closes

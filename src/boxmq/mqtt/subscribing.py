@@ -55,6 +55,7 @@ from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
+from boxmq.mqtt.framing import PacketType
 from boxmq.mqtt.lifetimes import session_end_step
 from boxmq.mqtt.packets import (
     ProtocolVersion,
@@ -67,7 +68,7 @@ from boxmq.mqtt.packets import (
 from boxmq.mqtt.packets import (
     Subscription as SubscribeRequest,
 )
-from boxmq.mqtt.reasons import ReasonCode, reason_for
+from boxmq.mqtt.reasons import ReasonCode, reason_for, reason_in
 from boxmq.mqtt.recording import Recorder
 from boxmq.mqtt.routes import MemoryRoutes
 from boxmq.mqtt.session import Session, SubscriptionOptions
@@ -812,7 +813,8 @@ class Subscribing:
                         why = f"an UNSUBSCRIBE failed: {failure}"
                         self._kick(client, _R.UNSPECIFIED_ERROR, why)
                         return
-                    reasons.append(reason_for(failure))
+                    # 0x80 for a full disk too: UNSUBACK has no 0x97 (MQTT-3.11.3-2).
+                    reasons.append(reason_in(PacketType.UNSUBACK, failure))
                     continue
                 reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())

@@ -1,6 +1,7 @@
 """An UNSUBSCRIBE whose subscription the disk refuses to delete (EIO here, os.unlink failing
-in the server's process) is answered as boxmq answers any disk error: v5 with UNSUBACK 0x80
-(0x97 for a full disk), the connection kept; 3.1.1, whose UNSUBACK cannot fail, by closing
+in the server's process) is answered as boxmq answers any disk error: v5 with UNSUBACK 0x80,
+a full disk too (UNSUBACK has no 0x97 Quota exceeded, MQTT-3.11.3-2), the connection kept;
+3.1.1, whose UNSUBACK cannot fail, by closing
 the connection; an ERROR line names the client. The subscription stays, and an UNSUBSCRIBE
 sent again once the disk is back deletes it."""
 
@@ -22,13 +23,13 @@ from boxmq.store.topics import subscription_key, subscription_path
 SUCCESS, UNSPECIFIED_ERROR = 0x00, 0x80
 
 
-def _failing_unlink(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A subscription's record cannot be deleted (a failing disk)."""
+def _failing_unlink(monkeypatch: pytest.MonkeyPatch, code: int = errno.EIO) -> None:
+    """A subscription's record cannot be deleted (a failing disk, or `code`'s)."""
     real = os.unlink
 
     def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
         if str(path).endswith(".subscription"):
-            raise OSError(errno.EIO, "Input/output error", str(path))
+            raise OSError(code, os.strerror(code), str(path))
         real(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "unlink", unlink)
@@ -49,19 +50,24 @@ def _subscription(server: RunningServer, client_id: str) -> Path:
     return Path(subscription_path(str(server.root), "keep/#", key))
 
 
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC], ids=errno.errorcode.get)
 def test_v5_gets_unsuback_0x80_and_keeps_its_connection(
-    server: RunningServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    server: RunningServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    code: int,
 ) -> None:
+    """MQTT-3.11.3-2: 0x80 for a full disk too, which a SUBACK or PUBACK tells as 0x97."""
     client = paho(server, "stubborn", clean=False, expiry=600)
     try:
         client.subscribe("keep/#", qos=1)
         unsubacks = _unsubacks(client)
-        _failing_unlink(monkeypatch)
+        _failing_unlink(monkeypatch, code)
         with caplog.at_level(logging.ERROR, logger="boxmq.mqtt"):
             client.client.unsubscribe("keep/#")
             assert unsubacks.get(timeout=WAIT) == [UNSPECIFIED_ERROR]
         assert "client stubborn: unsubscribing from keep/# failed" in caplog.text
-        assert "EIO" in caplog.text
+        assert errno.errorcode[code] in caplog.text
         assert (_subscription(server, "stubborn") / ".subscription").exists()
         client.publish("keep/x", b"still", qos=1)  # the connection is still there, and so is
         assert client.next().payload == b"still"  # the subscription
