@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import select
 import socket
+from pathlib import Path
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer
+from tests.integration.mqtt.clients import WAIT, RunningServer, start_server
 from tests.integration.mqtt.raw import (
     PINGREQ,
     answers_to,
@@ -24,6 +25,8 @@ from tests.integration.mqtt.raw import (
     string,
     until_closed,
 )
+
+from boxmq.clock import ManualClock
 
 
 def _connected(server: RunningServer, client_id: str = "n") -> socket.socket:
@@ -399,7 +402,9 @@ def test_a_message_goes_at_the_lower_of_its_qos_and_the_granted_one(
 def test_a_full_send_quota_holds_back_only_publishes(server: RunningServer) -> None:
     """MQTT-3.3.4-10, MQTT-4.9.0-3: with the client's Receive Maximum (1) taken by a QoS 1
     PUBLISH it has not acknowledged, the server still answers a PINGREQ and a SUBSCRIBE,
-    and the second QoS 1 message waits for the PUBACK (MQTT-3.3.4-9)."""
+    and the second QoS 1 message waits for the PUBACK (MQTT-3.3.4-9): a send quota that
+    starts at the client's Receive Maximum, not 0 (MQTT-4.9.0-1), and at 0 sends no QoS 1
+    or 2 PUBLISH (MQTT-4.9.0-2)."""
     with (
         _connect_v5(server, "slow", b"\x21\x00\x01") as slow,
         _connected(server, "sender") as sender,
@@ -651,7 +656,9 @@ def test_the_server_gives_each_message_in_flight_its_own_packet_id(
     """MQTT-2.2.1-4, MQTT-4.3.2-1, MQTT-4.3.3-1: every QoS 1 and 2 PUBLISH the server sends
     has a non-zero packet id no exchange in flight holds, sent first with DUP 0
     (MQTT-4.3.2-2, MQTT-4.3.3-2); after a resume too, where the unacknowledged ones come
-    again under their ids (MQTT-4.4.0-1) and those published while it was away take others."""
+    again under their ids (MQTT-4.4.0-1; a PUBLISH stays unacknowledged until its PUBACK,
+    MQTT-4.3.2-3, or PUBREC, MQTT-4.3.3-3) and those published while it was away take
+    others."""
     subscriber, _ = open_raw(server, "many")
     held: dict[int, bytes] = {}
     with _connected(server, "sender") as sender:
@@ -821,3 +828,141 @@ def test_a_publish_breaking_its_header_rules_is_refused(
     UTF-8 string (MQTT-3.3.2-1) without wildcards (MQTT-3.3.2-2, MQTT-4.7.0-1, 0x90 Topic
     Name invalid): DISCONNECT, then closed (MQTT-4.13.1-1)."""
     assert _answers_to(server, bad) == [(0xE0, bytes([reason]))]
+
+
+def test_a_v5_client_silent_for_one_and_a_half_keep_alives_is_closed(tmp_path: Path) -> None:
+    """MQTT-3.2.2-22: a CONNACK without a Server Keep Alive (nor an Authentication Method,
+    MQTT-4.12.0-6, for a CONNECT without one), so the client's own 10 s hold; MQTT-3.1.2-22:
+    silent for one and a half times that (15 s), it is closed, here after a DISCONNECT 0x8D
+    Keep Alive timeout, a code of DISCONNECT's table (MQTT-3.14.2-1), and nothing after it
+    (MQTT-3.14.4-1, MQTT-3.14.4-2). A PINGREQ starts the count again; 14.9 s after it the
+    connection stands. The broker's clock moves when the test says."""
+    clock = ManualClock()
+    with (
+        start_server(tmp_path / "root", clock=clock) as running,
+        socket.create_connection((running.host, running.port), timeout=WAIT) as sock,
+    ):
+        sock.sendall(packet(0x10, string("MQTT") + bytes([5, 0x02, 0, 10, 0]) + string("k")))
+        kind, body = read(sock)
+        assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()
+        told = [ident for ident, _ in _properties(body[2:])]
+        assert 0x13 not in told  # Server Keep Alive
+        assert 0x15 not in told  # Authentication Method
+        clock.advance(14)
+        sock.sendall(PINGREQ)
+        assert read(sock) == (0xD0, b"")
+        clock.advance(14.9)
+        assert nothing(sock)  # the broker looks every 0.25 s
+        clock.advance(0.2)
+        assert until_closed(sock) == [(0xE0, b"\x8d")]
+
+
+def test_each_answer_carries_the_packet_id_it_answers(server: RunningServer) -> None:
+    """MQTT-2.2.1-5, MQTT-3.3.4-1: a QoS 1 PUBLISH gets a PUBACK (MQTT-4.3.2-4), a QoS 2 one a
+    PUBREC (MQTT-4.3.3-8), its PUBREL a PUBCOMP, each under the PUBLISH's packet id and with
+    a code of its own table (MQTT-3.4.2-1, MQTT-3.5.2-1, MQTT-3.7.2-1); MQTT-2.2.1-6: SUBACK
+    and UNSUBACK under the id of what they answer, with codes of their tables (MQTT-3.8.4-7,
+    MQTT-3.11.3-2). A message reaches the subscriber (MQTT-4.5.0-1) under the Topic Name it
+    was published to, which its filter matches (MQTT-3.3.2-3); at QoS 0 without a packet id
+    (MQTT-2.2.1-2) and with DUP 0 (MQTT-4.3.1-1)."""
+    with _connected(server, "ids") as sock:
+        sock.sendall(_subscribe(0x0102, ("q/+", 0)))
+        assert read(sock) == (0x90, b"\x01\x02\x00\x00")  # Granted QoS 0
+        sock.sendall(publish("q/a", b"one", qos=1, packet_id=0x1234))
+        answers = [read(sock), read(sock)]
+        assert (0x40, b"\x12\x34") in answers  # PUBACK, Success (§3.4.2.1: no code, 0x00)
+        assert (0x30, string("q/a") + b"\x00one") in answers  # no packet id, DUP 0, RETAIN 0
+        sock.sendall(publish("q/b", b"two", qos=2, packet_id=0x4321))
+        assert read(sock) == (0x50, b"\x43\x21")  # PUBREC
+        sock.sendall(packet(0x62, b"\x43\x21"))  # PUBREL
+        answers = [read(sock), read(sock)]
+        assert (0x70, b"\x43\x21") in answers  # PUBCOMP
+        assert (0x30, string("q/b") + b"\x00two") in answers
+        sock.sendall(_unsubscribe(0x0A0B, "q/+", "never"))
+        assert read(sock) == (0xB0, b"\x0a\x0b\x00\x00\x11")  # Success, No subscription existed
+
+
+def test_a_pubrel_sent_is_sent_again_and_never_its_publish(server: RunningServer) -> None:
+    """MQTT-4.3.3-4: the server answers the subscriber's PUBREC with a PUBREL under the same
+    packet id, its code of PUBREL's table (MQTT-3.6.2-1); MQTT-4.3.3-5: that PUBREL stays
+    unacknowledged until its PUBCOMP, so a resumed session gets it again, and MQTT-4.3.3-6:
+    never the PUBLISH again, which stayed unacknowledged only until its PUBREC
+    (MQTT-4.3.3-3: the one not yet answered is sent again, DUP 1)."""
+    subscriber, _ = open_raw(server, "receiver")
+    with _connected(server, "sender") as sender:
+        subscriber.sendall(_subscribe(1, ("two", 2)))
+        assert read(subscriber)[0] == 0x90
+        for n in (1, 2):
+            sender.sendall(publish("two", b"%d" % n, qos=2, packet_id=n))
+            assert read(sender) == (0x50, n.to_bytes(2, "big"))
+            sender.sendall(packet(0x62, n.to_bytes(2, "big")))
+            assert read(sender) == (0x70, n.to_bytes(2, "big"))
+        ids = []
+        for n in (1, 2):
+            kind, body = read(subscriber)
+            assert kind == 0x34, hex(kind)  # QoS 2, DUP 0
+            ids.append(body[5:7])
+            assert body[8:] == b"%d" % n
+        subscriber.sendall(packet(0x50, ids[0]))  # PUBREC of the first only
+        assert read(subscriber) == (0x62, ids[0])  # PUBREL, Success
+        subscriber.close()
+    again, present = open_raw(server, "receiver")
+    with again:
+        assert present
+        kind, body = read(again)
+        assert (kind, body) == (0x62, ids[0])  # the PUBREL again, not its PUBLISH
+        kind, body = read(again)
+        assert (kind, body[5:7], body[8:]) == (0x3C, ids[1], b"2")  # DUP 1, QoS 2
+        again.sendall(packet(0x70, ids[0]) + packet(0x50, ids[1]))
+        assert read(again) == (0x62, ids[1])
+        again.sendall(packet(0x70, ids[1]))
+        assert nothing(again)
+
+
+def test_a_session_lasts_while_its_connection_does(tmp_path: Path) -> None:
+    """MQTT-4.1.0-1: a session whose Session Expiry Interval (1 s) passed many times over
+    while its connection stayed open is not discarded: its subscription still delivers."""
+    clock = ManualClock()
+    with start_server(tmp_path / "root", clock=clock) as running:
+        sock, _ = open_raw(running, "short", expiry=1)
+        with sock, _connected(running, "sender") as sender:
+            sock.sendall(_subscribe(1, ("t", 1)))
+            assert read(sock) == (0x90, b"\x00\x01\x00\x01")
+            for _ in range(5):
+                clock.advance(1)
+                sock.sendall(PINGREQ)
+                assert read(sock) == (0xD0, b"")
+            sender.sendall(publish("t", b"still", qos=1, packet_id=1))
+            assert read(sender) == (0x40, b"\x00\x01")
+            assert _delivered(sock) == (0x32, b"still")
+
+
+def test_no_answer_goes_over_a_small_maximum_packet_size(server: RunningServer) -> None:
+    """A client whose Maximum Packet Size (20 bytes) leaves no room for a Reason String or a
+    User Property gets each answer, refusals included, with its codes and no property:
+    SUBACK (MQTT-3.9.2-1, MQTT-3.9.2-2), UNSUBACK (MQTT-3.11.2-1, MQTT-3.11.2-2), PUBREC
+    (MQTT-3.5.2-2, MQTT-3.5.2-3), PUBCOMP (MQTT-3.7.2-2, MQTT-3.7.2-3), PUBACK
+    (MQTT-3.4.2-3), and the DISCONNECT that closes it (MQTT-3.14.2-3, MQTT-3.14.2-4). boxmq
+    gives these no property at any size today; the one answer that has a Reason String,
+    PUBACK 0x91, loses it under a small maximum (test_a_reason_string_is_left_out_...), and
+    this holds any property added to these later to the client's maximum as well."""
+    small = b"\x27" + (20).to_bytes(4, "big")  # Maximum Packet Size
+    with _connect_v5(server, "small", small) as sock:
+        sock.sendall(_subscribe(1, ("a/#/b", 1), ("ok", 1)))
+        assert read(sock) == (0x90, b"\x00\x01\x00\x8f\x01")  # Topic Filter invalid
+        sock.sendall(_unsubscribe(2, "never"))
+        assert read(sock) == (0xB0, b"\x00\x02\x00\x11")  # No subscription existed
+        sock.sendall(publish("$SYS/x", b"m", qos=2, packet_id=3))
+        kind, body = read(sock)
+        assert (kind, body[:3]) == (0x50, b"\x00\x03\x87"), body.hex()  # Not authorized
+        assert body[3:] in (b"", b"\x00"), body.hex()
+        sock.sendall(publish("$SYS/x", b"m", qos=1, packet_id=4))
+        kind, body = read(sock)
+        assert (kind, body[:3]) == (0x40, b"\x00\x04\x87"), body.hex()
+        assert body[3:] in (b"", b"\x00"), body.hex()
+        sock.sendall(packet(0x62, b"\x00\x09"))  # PUBREL of a packet id nothing holds
+        kind, body = read(sock)
+        assert (kind, body[:3]) == (0x70, b"\x00\x09\x92"), body.hex()  # not found
+        assert body[3:] in (b"", b"\x00"), body.hex()
+        sock.sendall(bytes([0xC1, 0]))  # a PINGREQ with a reserved flag set
+        assert until_closed(sock) == [(0xE0, b"\x81")]  # Malformed Packet, no property

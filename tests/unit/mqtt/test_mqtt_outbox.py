@@ -282,8 +282,8 @@ def test_a_queued_message_leaves_with_what_is_left_of_its_expiry_or_not_at_all()
 def test_a_resent_message_carries_what_is_left_of_its_expiry() -> None:
     """MQTT 5.0 §3.3.2.3.3 for a PUBLISH sent again (DUP) once its session resumes; one past
     its interval goes with a second left, at QoS 1 as at QoS 2: every unacknowledged PUBLISH
-    is resent (MQTT-4.4.0-1), its onward delivery had started (MQTT-3.3.2-5). A QoS 1 one
-    was dropped."""
+    is resent (MQTT-4.4.0-1), its onward delivery had started (MQTT-3.3.2-5; for QoS 2,
+    MQTT-4.3.3-7: no Message expiry once the PUBLISH was sent). A QoS 1 one was dropped."""
     outbox: Outbox[int] = Outbox(window=5, limit=10)
     for n, seconds, qos in [(1, 20, 1), (2, 3, 1), (3, 3, 2), (4, 0, 1)]:
         outbox.push(_expiring(n, seconds, qos) if seconds else _msg(n), n, now=100.0)

@@ -97,6 +97,36 @@ def test_an_acknowledgement_carries_only_its_own_reason_codes(
     assert reason in ALLOWED_REASONS[kind]
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        MalformedPacket("x"),
+        ProtocolError("x"),
+        TopicNameInvalid("x"),
+        TopicAliasInvalid("x"),
+        PacketTooLarge("x"),
+        MessageTooLarge("x"),
+        ProtocolViolation("x"),
+        NotAllowed("x"),
+        ResourceConstraint("x"),
+        StoreFull(OSError(28, "full")),
+        StoreFailed(OSError(5, "EIO")),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_an_error_closing_a_connection_gives_a_code_of_disconnect_and_connack(
+    error: BaseException,
+) -> None:
+    """MQTT-3.14.2-1, MQTT-3.2.2-8: a connection closed for an error is told with a code of
+    DISCONNECT's table once accepted, of CONNACK's before (`Connection.closing`), but for a
+    Topic Alias, which only a PUBLISH after the CONNACK has. (The CONNECT's own errors, a
+    protocol version or a client id, give CONNACK-only codes, and are not listed here.)"""
+    reason = reason_for(error)
+    assert reason in ALLOWED_REASONS[PacketType.DISCONNECT]
+    if not isinstance(error, TopicAliasInvalid):
+        assert reason in ALLOWED_REASONS[PacketType.CONNACK]
+
+
 def test_the_most_specific_mapped_class_wins() -> None:
     class Unlisted(TopicNameInvalid):
         pass
