@@ -119,8 +119,9 @@ def test_the_first_answer_is_one_connack_then_pingresp(server: RunningServer) ->
 
 def test_session_present_says_whether_a_session_was_resumed(server: RunningServer) -> None:
     """MQTT-3.2.2-3: Clean Start 0 gets Session Present 1 when the server holds the client's
-    session (kept after its connection closed, its Session Expiry Interval being over 0,
-    MQTT-3.1.2-23, and resumed, MQTT-3.1.2-5), else 0 (a new one, MQTT-3.1.2-6);
+    session, known by its client id (MQTT-3.1.3-2; kept after its connection closed, its
+    Session Expiry Interval being over 0, MQTT-3.1.2-23, and resumed, MQTT-3.1.2-5), else
+    0 (a new one, MQTT-3.1.2-6);
     MQTT-3.2.2-2: Clean Start 1 gets 0 even when there was one, which it discarded
     (MQTT-3.1.2-4, MQTT-3.1.4-4)."""
     first, present = open_raw(server, "kept")
@@ -800,8 +801,8 @@ def test_a_connect_of_another_protocol_is_closed(server: RunningServer, connect:
 
 def test_an_authentication_method_it_does_not_support_is_refused(server: RunningServer) -> None:
     """MQTT-4.12.0-1: boxmq has no enhanced authentication (docs/mqtt.md): a CONNECT with an
-    Authentication Method gets CONNACK 0x8C Bad authentication method, then the close, and
-    no AUTH."""
+    Authentication Method gets CONNACK 0x8C Bad authentication method, then the close
+    (MQTT-4.12.0-4), and no AUTH."""
     method = b"\x15" + string("SCRAM-SHA-1")
     connect = packet(
         0x10, string("MQTT") + bytes([5, 2, 0, 30, len(method)]) + method + string("a")
@@ -862,9 +863,10 @@ def test_each_answer_carries_the_packet_id_it_answers(server: RunningServer) -> 
     PUBREC (MQTT-4.3.3-8), its PUBREL a PUBCOMP, each under the PUBLISH's packet id and with
     a code of its own table (MQTT-3.4.2-1, MQTT-3.5.2-1, MQTT-3.7.2-1); MQTT-2.2.1-6: SUBACK
     and UNSUBACK under the id of what they answer, with codes of their tables (MQTT-3.8.4-7,
-    MQTT-3.11.3-2). A message reaches the subscriber (MQTT-4.5.0-1) under the Topic Name it
-    was published to, which its filter matches (MQTT-3.3.2-3); at QoS 0 without a packet id
-    (MQTT-2.2.1-2) and with DUP 0 (MQTT-4.3.1-1)."""
+    MQTT-3.9.3-2, MQTT-3.11.3-2). A message reaches the subscriber (MQTT-4.5.0-1) under the
+    Topic Name it was published to, which its filter matches (MQTT-3.3.2-3); at QoS 0 without
+    a packet id (MQTT-2.2.1-2) and with DUP 0 (MQTT-4.3.1-1). A packet that has properties
+    and none to carry says so with a Property Length of 0 (MQTT-2.2.2-1)."""
     with _connected(server, "ids") as sock:
         sock.sendall(_subscribe(0x0102, ("q/+", 0)))
         assert read(sock) == (0x90, b"\x01\x02\x00\x00")  # Granted QoS 0
@@ -966,3 +968,23 @@ def test_no_answer_goes_over_a_small_maximum_packet_size(server: RunningServer) 
         assert body[3:] in (b"", b"\x00"), body.hex()
         sock.sendall(bytes([0xC1, 0]))  # a PINGREQ with a reserved flag set
         assert until_closed(sock) == [(0xE0, b"\x81")]  # Malformed Packet, no property
+
+
+def test_a_server_of_every_qos_and_retain_takes_a_retained_qos2_will(
+    server: RunningServer,
+) -> None:
+    """boxmq takes QoS 1 and 2 and retained messages, so its CONNACK has no Maximum QoS
+    (MQTT-3.2.2-9 asks one only of a server without them) and says Retain Available 1; a
+    Will of QoS 2 with Will Retain 1 is accepted (MQTT-3.2.2-12 and MQTT-3.2.2-13 refuse it
+    only where those are not supported), and a SUBSCRIBE at QoS 2 is granted QoS 2
+    (MQTT-3.2.2-10)."""
+    will_qos2_retained = 0x02 | 0x04 | 0x10 | 0x20  # Clean Start, Will, Will QoS 2, Will Retain
+    with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        sock.sendall(_connect(will_qos2_retained, string("w2") + WILL))
+        kind, body = read(sock)
+        assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()
+        told = dict(_properties(body[2:]))
+        assert 0x24 not in told  # Maximum QoS
+        assert told.get(0x25, b"\x01") == b"\x01"  # Retain Available (absent: 1)
+        sock.sendall(_subscribe(1, ("q", 2)))
+        assert read(sock) == (0x90, b"\x00\x01\x00\x02")
