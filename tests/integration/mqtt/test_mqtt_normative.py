@@ -943,15 +943,16 @@ def test_no_answer_goes_over_a_small_maximum_packet_size(server: RunningServer) 
     """A client whose Maximum Packet Size (20 bytes) leaves no room for a Reason String or a
     User Property gets each answer, refusals included, with its codes and no property:
     SUBACK (MQTT-3.9.2-1, MQTT-3.9.2-2), UNSUBACK (MQTT-3.11.2-1, MQTT-3.11.2-2), PUBREC
-    (MQTT-3.5.2-2, MQTT-3.5.2-3), PUBCOMP (MQTT-3.7.2-2, MQTT-3.7.2-3), PUBACK
-    (MQTT-3.4.2-3), and the DISCONNECT that closes it (MQTT-3.14.2-3, MQTT-3.14.2-4). boxmq
+    (MQTT-3.5.2-2, MQTT-3.5.2-3), PUBREL (MQTT-3.6.2-2, MQTT-3.6.2-3), PUBCOMP
+    (MQTT-3.7.2-2, MQTT-3.7.2-3), PUBACK (MQTT-3.4.2-3), and the DISCONNECT that closes it
+    (MQTT-3.14.2-3, MQTT-3.14.2-4). boxmq
     gives these no property at any size today; the one answer that has a Reason String,
     PUBACK 0x91, loses it under a small maximum (test_a_reason_string_is_left_out_...), and
     this holds any property added to these later to the client's maximum as well."""
     small = b"\x27" + (20).to_bytes(4, "big")  # Maximum Packet Size
     with _connect_v5(server, "small", small) as sock:
-        sock.sendall(_subscribe(1, ("a/#/b", 1), ("ok", 1)))
-        assert read(sock) == (0x90, b"\x00\x01\x00\x8f\x01")  # Topic Filter invalid
+        sock.sendall(_subscribe(1, ("a/#/b", 1), ("ok", 2)))
+        assert read(sock) == (0x90, b"\x00\x01\x00\x8f\x02")  # Topic Filter invalid
         sock.sendall(_unsubscribe(2, "never"))
         assert read(sock) == (0xB0, b"\x00\x02\x00\x11")  # No subscription existed
         sock.sendall(publish("$SYS/x", b"m", qos=2, packet_id=3))
@@ -962,6 +963,16 @@ def test_no_answer_goes_over_a_small_maximum_packet_size(server: RunningServer) 
         kind, body = read(sock)
         assert (kind, body[:3]) == (0x40, b"\x00\x04\x87"), body.hex()
         assert body[3:] in (b"", b"\x00"), body.hex()
+        sock.sendall(publish("ok", b"m", qos=2, packet_id=5))
+        assert read(sock) == (0x50, b"\x00\x05")
+        sock.sendall(packet(0x62, b"\x00\x05"))
+        answers = [read(sock), read(sock)]  # its PUBCOMP, and the message to itself
+        assert (0x70, b"\x00\x05") in answers
+        [(kind, body)] = [a for a in answers if a[0] & 0xF0 == 0x30]
+        assert kind == 0x34, hex(kind)
+        sock.sendall(packet(0x50, body[4:6]))  # PUBREC
+        assert read(sock) == (0x62, body[4:6])  # PUBREL, Success, no property
+        sock.sendall(packet(0x70, body[4:6]))
         sock.sendall(packet(0x62, b"\x00\x09"))  # PUBREL of a packet id nothing holds
         kind, body = read(sock)
         assert (kind, body[:3]) == (0x70, b"\x00\x09\x92"), body.hex()  # not found

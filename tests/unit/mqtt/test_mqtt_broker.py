@@ -1107,7 +1107,9 @@ def test_a_connack_over_the_clients_maximum_packet_size_goes_without_response_in
     tmp_path: Path, limit: int, told: bool
 ) -> None:
     """MQTT-3.1.2-24: it holds the client id, and a long id made the CONNACK 94 bytes for a
-    client that takes 64; the server may leave it out, and keeps what the client needs."""
+    client that takes 64; the server may leave it out, and keeps what the client needs. A
+    Reason String and User Properties would go first (MQTT-3.2.2-19, MQTT-3.2.2-20; boxmq
+    puts neither on a CONNACK, connection._CONNACK_OPTIONAL drops them with it)."""
 
     async def test(broker: Broker) -> None:
         peer = Peer(broker)
