@@ -999,3 +999,30 @@ def test_a_server_of_every_qos_and_retain_takes_a_retained_qos2_will(
         assert told.get(0x25, b"\x01") == b"\x01"  # Retain Available (absent: 1)
         sock.sendall(_subscribe(1, ("q", 2)))
         assert read(sock) == (0x90, b"\x00\x01\x00\x02")
+
+
+@pytest.mark.parametrize(
+    "expiry", [pytest.param(300, id="persistent-publisher"), pytest.param(0, id="in-memory")]
+)
+def test_a_qos2_message_that_expired_before_its_pubrel_still_gets_its_pubcomp(
+    tmp_path: Path, expiry: int
+) -> None:
+    """MQTT-4.3.3-13: the server, receiving at QoS 2, goes on with the exchange when the
+    message's Message Expiry Interval (1 s) ran out between PUBREC and PUBREL: PUBCOMP
+    0x00, as the message was taken, and the expired message goes to no subscriber. Both
+    ways a QoS 2 message waits for its PUBREL: on disk (working/) for a persistent
+    publisher, in the session's memory for one whose subscribers are all in memory."""
+    clock = ManualClock()
+    with start_server(tmp_path / "root", clock=clock) as running:
+        subscriber, _ = open_raw(running, "receiver", clean=True, expiry=0)
+        publisher, _ = open_raw(running, "sender", clean=True, expiry=expiry)
+        with subscriber, publisher:
+            subscriber.sendall(_subscribe(1, ("t", 2)))
+            assert read(subscriber) == (0x90, b"\x00\x01\x00\x02")
+            expiring = b"\x05\x02" + (1).to_bytes(4, "big")  # Message Expiry Interval 1 s
+            publisher.sendall(packet(0x34, string("t") + b"\x00\x07" + expiring + b"m"))
+            assert read(publisher) == (0x50, b"\x00\x07")
+            clock.advance(5)
+            publisher.sendall(packet(0x62, b"\x00\x07"))
+            assert read(publisher) == (0x70, b"\x00\x07")  # PUBCOMP, Success
+            assert nothing(subscriber, within=0.5)
