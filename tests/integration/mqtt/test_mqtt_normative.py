@@ -586,25 +586,33 @@ def test_a_refusing_ack_settles_the_message_for_good(server: RunningServer, qos:
         assert nothing(again)
 
 
-def test_a_share_members_refusal_is_not_sent_to_another_member(server: RunningServer) -> None:
-    """MQTT-4.8.2-6: the member that answers PUBACK 0x80 ends the message's delivery: the
-    other member of the group does not get it."""
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_share_members_refusal_is_not_sent_to_another_member(
+    server: RunningServer, qos: int
+) -> None:
+    """MQTT-4.8.2-6: the member that answers PUBACK 0x80 (QoS 1) or PUBREC 0x80 (QoS 2)
+    ends the message's delivery: the other member of the group does not get it, nor the
+    member itself again."""
     with (
         _connected(server, "member-a") as a,
         _connected(server, "member-b") as b,
         _connected(server, "sender") as sender,
     ):
         for member in (a, b):
-            member.sendall(_subscribe(1, ("$share/g/s", 1)))
+            member.sendall(_subscribe(1, ("$share/g/s", qos)))
             assert read(member)[0] == 0x90
-        sender.sendall(publish("s", b"once", qos=1, packet_id=1))
-        assert read(sender) == (0x40, b"\x00\x01")
+        sender.sendall(publish("s", b"once", qos=qos, packet_id=1))
+        if qos == 2:
+            assert read(sender) == (0x50, b"\x00\x01")
+            sender.sendall(packet(0x62, b"\x00\x01"))  # PUBREL
+        assert read(sender) == (0x40 if qos == 1 else 0x70, b"\x00\x01")
         [chosen], _, _ = select.select([a, b], [], [], WAIT)
         other = b if chosen is a else a
         kind, body = read(chosen)
-        assert kind == 0x32, hex(kind)
-        chosen.sendall(packet(0x40, body[3:5] + b"\x80"))
+        assert kind == 0x30 | qos << 1, hex(kind)
+        chosen.sendall(packet(0x40 if qos == 1 else 0x50, body[3:5] + b"\x80"))
         assert nothing(other, within=0.5)
+        assert nothing(chosen, within=0.5)
 
 
 NOT_UTF8 = b"\x00\x02\xc3\x28"  # a UTF-8 Encoded String whose second byte ends it early
