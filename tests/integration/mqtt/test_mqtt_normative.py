@@ -844,14 +844,19 @@ def test_a_v5_client_silent_for_one_and_a_half_keep_alives_is_closed(tmp_path: P
     MQTT-4.12.0-6, for a CONNECT without one), so the client's own 10 s hold; MQTT-3.1.2-22:
     silent for one and a half times that (15 s), it is closed, here after a DISCONNECT 0x8D
     Keep Alive timeout, a code of DISCONNECT's table (MQTT-3.14.2-1), and nothing after it
-    (MQTT-3.14.4-1, MQTT-3.14.4-2). A PINGREQ starts the count again; 14.9 s after it the
-    connection stands. The broker's clock moves when the test says."""
+    (MQTT-3.14.4-1, MQTT-3.14.4-2), "as if the network had failed": its Will goes out. A
+    PINGREQ starts the count again; 14.9 s after it the connection stands. The broker's
+    clock moves when the test says."""
     clock = ManualClock()
     with (
         start_server(tmp_path / "root", clock=clock) as running,
+        _connected(running, "watcher") as watcher,
         socket.create_connection((running.host, running.port), timeout=WAIT) as sock,
     ):
-        sock.sendall(packet(0x10, string("MQTT") + bytes([5, 0x02, 0, 10, 0]) + string("k")))
+        watcher.sendall(_subscribe(1, ("w", 0)))
+        assert read(watcher)[0] == 0x90
+        head = string("MQTT") + bytes([5, 0x02 | 0x04, 0, 10, 0])  # Clean Start, Will
+        sock.sendall(packet(0x10, head + string("k") + WILL))
         kind, body = read(sock)
         assert (kind, body[:2]) == (0x20, b"\x00\x00"), body.hex()
         told = [ident for ident, _ in _properties(body[2:])]
@@ -862,8 +867,10 @@ def test_a_v5_client_silent_for_one_and_a_half_keep_alives_is_closed(tmp_path: P
         assert read(sock) == (0xD0, b"")
         clock.advance(14.9)
         assert nothing(sock)  # the broker looks every 0.25 s
+        assert nothing(watcher, within=0.1)
         clock.advance(0.2)
         assert until_closed(sock) == [(0xE0, b"\x8d")]
+        assert _payload(watcher) == b"x"
 
 
 def test_each_answer_carries_the_packet_id_it_answers(server: RunningServer) -> None:
