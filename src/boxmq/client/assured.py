@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 from boxmq.client import mqtt_fields
 from boxmq.client.body import body_bytes
-from boxmq.client.copies import at_qos, replaced_topic
+from boxmq.client.copies import at_qos, names_side_file, replaced_topic
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.marker_sweep import MarkerSweep
 from boxmq.client.markers import Markers, delete_quietly
@@ -112,10 +112,13 @@ class AssuredMessage(NamedTuple):
     expires_in: float | None = None
     text: bool = False  # the body is a str's UTF-8: stored as class T, as a put of a str is
     identities: tuple[str, ...] = ()  # other names of the source, for trusted_sources
-    # A door's retained message whose name holds none of its v5 properties (an MQTT topic
-    # too long even for their side file's key): the side file's bytes, for the header of the
-    # retained message its `deliver` makes (Topics.send_files), written then. Held in memory
-    # only: one delivered after a restart goes without them, as its copies do.
+    # The bytes of the side file of a door's message's v5 properties. Where its properties
+    # name the file's key, written once a name with them fits, before the message file (a
+    # try with no room for the key wrote none, which no file would name). Else, for a
+    # retained one whose name holds none of them (an MQTT topic too long even for the key),
+    # for the header of the retained message its `deliver` makes (Topics.send_files),
+    # written then. Held in memory only: one delivered after a restart goes without them,
+    # as its copies do.
     side_file: bytes | None = None
 
 
@@ -345,6 +348,10 @@ class AssuredIntake:
             name = checked(envelope)
         except MetadataTooLong as error:
             envelope, name = spilled(envelope, self._side_files, checked, error)
+        side_file = message.side_file
+        if side_file is not None and names_side_file(envelope):
+            self._put_side_file(side_file)  # the name fits: a file will name it
+            side_file = None  # named by the message's name: no header needs it
         path = os.path.join(working, name)
         temporary = temporary_in(working)
         try:
@@ -356,9 +363,12 @@ class AssuredIntake:
                 raise naming(error, temporary) from error
             raise
         key = (message.source, message.msg_id)
-        return _Staged(
-            key, Move(temporary, path), _Pending(path, queue, envelope, message.side_file)
-        )
+        return _Staged(key, Move(temporary, path), _Pending(path, queue, envelope, side_file))
+
+    def _put_side_file(self, side_file: bytes) -> None:
+        if self._side_files is None:  # a door's message, on a box without side files
+            raise InvalidArgument("this box keeps no side files for the properties named")
+        self._side_files.put(side_file)
 
     def _working_dir(self, queue: str | None) -> str:
         if queue is None:

@@ -877,11 +877,9 @@ class Publishing:
         batch: list[int] = []
         messages: list[AssuredMessage] = []
         for index, (client_id, packet) in enumerate(items):
-            try:
-                properties = kept_properties(packet, self._box.side_files)
-            except OSError as error:  # a side file the disk refused
-                results[index] = error
-                continue
+            # Its side file, if any, is written by the intake once its name fits: one that did
+            # not fit left a file named by nothing until the hourly collection.
+            properties = kept_properties(packet, self._box.side_files, write=False)
             batch.append(index)
             messages.append(_assured_message(client_id, packet, properties))
         outcomes = self._box.intake.assured_many(messages, reserved=True)  # bx_v5, bx_rp
@@ -901,7 +899,9 @@ class Publishing:
 
         expiry = stored_expiry(packet)
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
-        return store_with_properties(packet, self._box.side_files, assured, room)
+        # write=False: the intake writes the side file once a name that names it fits (an
+        # earlier try's, the topic leaving no room for its key, stayed named by nothing).
+        return store_with_properties(packet, self._box.side_files, assured, room, write=False)
 
 
 def _in_clients_words(error: BoxMQError, client_id: str) -> BoxMQError:
@@ -950,10 +950,10 @@ def _assured_message(client_id: str, packet: Publish, properties: dict[str, str]
         topic=packet.topic,
         properties=given,
         expires_in=expiry,
-        # For the header of the retained message its PUBREL makes, where its name holds none
-        # of its properties (a long topic): the others need none (their names hold the key
-        # of a side file `store_with_properties` wrote, or nothing).
-        side_file=side_file_of(packet, properties) if packet.retain else None,
+        # Written by the intake where its name holds the key; else, for a retained one whose
+        # name holds none of its properties (a long topic), for the header of the retained
+        # message its PUBREL makes.
+        side_file=side_file_of(packet, properties),
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import RunningServer, paho, paho_properties, start_server
 
-from boxmq.store.side_files import SIDE_DIR
+from boxmq.store.side_files import SIDE_DIR, referenced
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 USER = [
@@ -138,3 +138,20 @@ def test_a_retained_qos2_message_on_a_long_topic_keeps_its_properties(
     message = later.next()
     assert (message.payload, message.retain, message.qos) == (b"v1", True, 2)
     _assert_intact(message.properties)
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["plain", "retained"])
+def test_a_qos2_message_on_a_long_topic_leaves_no_side_file_nothing_names(
+    server: RunningServer, retain: bool
+) -> None:
+    """A persistent session's QoS 2 PUBLISH goes through the exactly-once intake, whose name
+    for it on a topic with no room for the side file's key holds none of its properties.
+    Before, its side file was written at the first try all the same, named by no file until
+    the hourly collection; now only the retained message's header names one, written at the
+    PUBREL."""
+    publisher = paho(server, "pub", clean=False, expiry=300)
+    publisher.publish(LONG_TOPIC, b"v1", 2, retain=retain, properties=_long_properties())
+    side = server.root / SIDE_DIR
+    kept = sorted(os.listdir(side)) if side.exists() else []
+    assert kept == sorted(referenced(str(server.root)))
+    assert len(kept) == (1 if retain else 0)
