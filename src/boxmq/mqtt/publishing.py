@@ -72,6 +72,7 @@ from boxmq.mqtt.session import HeldTotals, Release, Session
 from boxmq.mqtt.settings import MqttSettings
 from boxmq.mqtt.stored import (
     consumer_name,
+    exactly_once_identities,
     exactly_once_source,
     kept_properties,
     publication_of,
@@ -79,6 +80,7 @@ from boxmq.mqtt.stored import (
     side_file_of,
     store_with_properties,
     stored_expiry,
+    trusts,
 )
 from boxmq.mqtt.sys_topics import about_sys
 
@@ -146,6 +148,7 @@ class Publishing:
         self._held_bytes_limit = limits.max_bytes_per_source
         self._held_total_limit = limits.max_pending_total
         self._held_total_bytes_limit = limits.max_bytes_total
+        self._trusted = limits.trusted_sources  # what is held asks it here, not the intake
         self.held_totals = HeldTotals()  # every session's holds together (broker.py gives it)
         self._refusal_lines: RefusalLines[str] = RefusalLines()  # QoS 2 refusals told per client
         self._in_use_lines: RefusalLines[str] = RefusalLines()  # 0x91 refusals told per client
@@ -289,9 +292,14 @@ class Publishing:
         waiting in working/ (a 3.1.1 client has no Receive Maximum, and would otherwise hold
         up to 65,535), and the caps on all producers together what all clients hold here
         (counted apart from working/'s, as the caps per producer are): over any, PUBREC 0x97
-        (3.1.1: the close). Four comparisons a message."""
+        (3.1.1: the close). Four comparisons a message. A client trusted_sources does not
+        list is refused as the intake refuses it: PUBREC 0x87 (3.1.1: the close)."""
         packet_id = packet.packet_id
         assert packet_id is not None
+        if self._trusted is not None and not trusts(self._trusted, session.client_id):
+            refusal = UntrustedSource(exactly_once_source(session.client_id))
+            self._send_error(client, session, Pubrec(packet_id), refusal)
+            return
         size = held_size(packet)
         totals = self.held_totals
         if (
@@ -954,6 +962,7 @@ def _assured_message(client_id: str, packet: Publish, properties: dict[str, str]
         # name holds none of its properties (a long topic), for the header of the retained
         # message its PUBREL makes.
         side_file=side_file_of(packet, properties),
+        identities=exactly_once_identities(client_id),  # `mqtt:site/7` trusts "site/7"
     )
 
 

@@ -84,6 +84,7 @@ __all__ = [
     "NOT_FORWARDED",
     "V5_PROPERTIES",
     "consumer_name",
+    "exactly_once_identities",
     "exactly_once_source",
     "group_of",
     "kept_properties",
@@ -95,6 +96,7 @@ __all__ = [
     "storable",
     "store_with_properties",
     "stored_expiry",
+    "trusts",
     "unsendable_topic",
 ]
 
@@ -166,6 +168,22 @@ def exactly_once_source(client_id: str) -> str:
     Always the escaped name: a short id spelled like a long one's name (`x%h<hex>`) took the
     long one's intake, and could drop or release its messages."""
     return MQTT_SOURCE_PREFIX + consumer_name(client_id)
+
+
+def exactly_once_identities(client_id: str) -> tuple[str, ...]:
+    """The name `trusted_sources` lists the client by, `mqtt:<client id>` as the client gives
+    its id (docs/configuration.md), when its source (`exactly_once_source`) is another: an id
+    whose '/' or '%' its files escape, or one shortened to its hash. () when they are one."""
+    listed = MQTT_SOURCE_PREFIX + client_id
+    return () if listed == exactly_once_source(client_id) else (listed,)
+
+
+def trusts(trusted: frozenset[str] | None, client_id: str) -> bool:
+    """Whether `trusted` (ExactlyOnceLimits.trusted_sources; None: anyone) lets the client send
+    exactly once, as the intake decides (ExactlyOnce's check): for what is held in memory."""
+    if trusted is None or exactly_once_source(client_id) in trusted:
+        return True
+    return any(name in trusted for name in exactly_once_identities(client_id))
 
 
 def kept_properties(

@@ -911,6 +911,55 @@ def test_a_qos_2_message_of_an_untrusted_client_is_refused_naming_its_client_id(
     run_broker(tmp_path, test, exactly_once=ExactlyOnceLimits(trusted_sources=frozenset({"x"})))
 
 
+def test_a_qos_2_message_held_in_memory_of_an_untrusted_client_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A non-persistent session's QoS 2 PUBLISH that needs no disk (only memory subscribers),
+    or a retained one, is held in memory until its PUBREL, never through the exactly-once
+    intake, and trusted_sources was asked of the intake alone: a client it does not list
+    was served as long as it connected clean. It is refused as the intake refuses one."""
+
+    async def test(broker: Broker) -> None:
+        reader = connect_peer(broker, "reader")
+        reader.send(Subscribe(1, (Subscription("eo/#", 2),)))
+        stranger = connect_peer(broker, "stranger")
+        stranger.send(Publish("eo/a", b"x", 2, packet_id=1))
+        stranger.send(Publish("eo/r", b"x", 2, packet_id=2, retain=True))
+        await _until(lambda: len(stranger.inbox) >= 2)
+        pubrecs = [p for p in stranger.take() if isinstance(p, Pubrec)]
+        assert [p.reason for p in pubrecs] == [ReasonCode.NOT_AUTHORIZED] * 2
+        said = {p.properties.reason_string for p in pubrecs}
+        assert said == {"client stranger may not send messages exactly once"}, said
+        trusted = connect_peer(broker, "x")
+        trusted.send(Publish("eo/b", b"y", 2, packet_id=1))
+        await _until(lambda: bool(trusted.inbox))
+        assert [type(p) for p in trusted.take()] == [Pubrec]
+        assert not [p for p in reader.take() if isinstance(p, Publish)]  # only at its PUBREL
+
+    run_broker(tmp_path, test, exactly_once=ExactlyOnceLimits(trusted_sources=frozenset({"x"})))
+
+
+@pytest.mark.parametrize("persistent", [True, False], ids=["intake", "held"])
+@pytest.mark.parametrize("client_id", ["site/7", "100%", "device-" + "d" * 40])
+def test_a_client_whose_id_is_escaped_on_disk_is_trusted_by_the_id_it_gives(
+    tmp_path: Path, client_id: str, persistent: bool
+) -> None:
+    """trusted_sources names an MQTT client `mqtt:<client id>` (docs/configuration.md), but
+    the intake compared its source, the id as its files name it (exactly_once_source): a '/'
+    or '%' escaped, a long id shortened to a hash, so such a client listed was refused."""
+
+    async def test(broker: Broker) -> None:
+        peer = connect_peer(broker, client_id, expiry=300 if persistent else 0)
+        peer.send(Publish("eo/a", b"x", 2, packet_id=1))
+        await _until(lambda: bool(peer.inbox))
+        (pubrec,) = peer.take()
+        assert isinstance(pubrec, Pubrec)
+        assert pubrec.reason is ReasonCode.SUCCESS, pubrec.properties.reason_string
+
+    trusted = ExactlyOnceLimits(trusted_sources=frozenset({f"mqtt:{client_id}"}))
+    run_broker(tmp_path, test, exactly_once=trusted)
+
+
 def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
