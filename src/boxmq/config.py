@@ -27,7 +27,8 @@
     max_connections = 1000
 
     [exactly_once]                   # any limit of boxmq.core.ExactlyOnceLimits
-    max_message_size = 16777216      # (trusted_sources excepted)
+    max_message_size = 16777216
+    trusted_sources = ["mqtt:billing", "alice@example.org"]  # who may send; absent: anyone
 
     [security]
     password_file = "passwd"         # written by `boxmq passwd`
@@ -66,6 +67,7 @@ from boxmq.config_table import BOOLEAN_WORDS, Table
 from boxmq.core import Dispatch, ExactlyOnceLimits
 from boxmq.core.topics import is_share_name, validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic
+from boxmq.model import MQTT_SOURCE_PREFIX
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
@@ -537,7 +539,7 @@ def _homes() -> dict[str, str]:
             ("cert", "key", "ca", "require_client_cert", "identity_as_username"),
         ),
         ("in [mqtt.limits]", tuple(limit.name for limit in dataclasses.fields(Limits))),
-        ("in [exactly_once]", _EXACTLY_ONCE_COUNTS + _EXACTLY_ONCE_SECONDS),
+        ("in [exactly_once]", (*_EXACTLY_ONCE_COUNTS, *_EXACTLY_ONCE_SECONDS, "trusted_sources")),
         ("in [security]", ("password_file", "acl_file", "allow_anonymous")),
         ("in [mqtt]", ("response_information", "sys_interval", "listener", "limits")),
         ("at the top of the file, above the first [table] header", _TOP_KEYS),
@@ -607,7 +609,7 @@ def _share_groups(table: Table) -> tuple[tuple[str, str], ...]:
 
 
 # What the exactly-once intake holds back (MQTT QoS 2, XMPP assured): counts and bytes are
-# integers, ttls seconds, all of them 0 or more; trusted_sources is not a limit of the file.
+# integers, ttls seconds, all of them 0 or more; trusted_sources, who may send at all, a list.
 _EXACTLY_ONCE_COUNTS: Final = (
     "max_pending_per_source",
     "max_pending_total",
@@ -628,8 +630,43 @@ def _exactly_once(table: Table, base: ExactlyOnceLimits) -> ExactlyOnceLimits:
         seconds = table.seconds(name, zero=True)
         if seconds is not None:
             values[name] = seconds
+    trusted = _trusted_sources(table)
+    if trusted is not None:
+        values["trusted_sources"] = trusted
     table.finish()
     return dataclasses.replace(base, **values)
+
+
+def _trusted_sources(table: Table) -> frozenset[str] | None:
+    """`trusted_sources`: the senders each door names (`mqtt:<client id>`, a JID) that may
+    send exactly once; [] none. An entry no door of serve could name (`billing job`,
+    `MQTT:sensor-1`) would trust no one, found only when its client's QoS 2 PUBLISHes were
+    refused: it is refused here, at start. (`sensor-1` alone is a JID, a server's: taken.)"""
+    entries = table.strings("trusted_sources")
+    if entries is None:
+        return None
+    for index, entry in enumerate(entries, start=1):
+        problem = _names_no_sender(entry)
+        if problem is not None:
+            raise table.error(
+                f"trusted_sources[{index}]",
+                f"{problem}: write mqtt:<client id> for an MQTT client "
+                '("mqtt:sensor-1"), a JID for an XMPP sender ("alice@example.org")',
+            )
+    return frozenset(entries)
+
+
+def _names_no_sender(entry: str) -> str | None:
+    """Why `entry` of trusted_sources names no sender of serve's doors, None if it names one."""
+    if not entry:
+        return "an empty string names no one"
+    if entry.startswith(MQTT_SOURCE_PREFIX):
+        # MQTT 3.1.1 §3.1.3.1, MQTT 5.0 §3.1.3.1: an empty client id is replaced by the one
+        # the server assigns, which no file can know.
+        return None if entry != MQTT_SOURCE_PREFIX else f"{entry!r} names no client id"
+    from boxmq.xmpp.jids import normal  # slixmpp's JIDs: only for a file that lists some
+
+    return None if normal(entry) is not None else f"{entry!r} is neither an MQTT client nor a JID"
 
 
 def _security(table: Table, base: Security) -> Security:

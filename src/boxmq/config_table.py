@@ -7,6 +7,7 @@ refuses whatever is left, so a misspelt key is an error rather than a silently i
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -61,6 +62,27 @@ class Table:
         value = self._take(key)
         if value is not None and not isinstance(value, str):
             raise self.error(key, f"expected a string, got {_kind(value)}")
+        return value
+
+    def strings(self, key: str) -> list[str] | None:
+        """A list of strings, none of them twice: a repeat is a slip, the entry meant to be
+        there written as another one's copy. Each is named `key[n]`, from 1, as tables are."""
+        value = self._take(key)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            # `trusted_sources = "mqtt:a"`: one entry without its brackets
+            fix = f" ({value!r}): write [{_quoted(value)}]" if isinstance(value, str) else ""
+            raise self.error(key, f"expected a list of strings, got {_kind(value)}{fix}")
+        seen: dict[str, int] = {}
+        for index, item in enumerate(value, start=1):
+            if not isinstance(item, str):
+                raise self.error(f"{key}[{index}]", f"expected a string, got {_kind(item)}")
+            if item in seen:
+                raise self.error(
+                    f"{key}[{index}]", f"{item!r} is listed twice ({key}[{seen[item]}] too)"
+                )
+            seen[item] = index
         return value
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
@@ -287,6 +309,11 @@ def _as_bytes(value: object) -> str:
     names = ((decimal, f"{unit}B"), (binary, f"{unit.upper()}iB"))
     said = [f"{n} ({found[1]} {name})" for n, name in names]
     return f" ({value!r}): write {said[0]}, or {said[1]}, a number of bytes without a unit"
+
+
+def _quoted(text: str) -> str:
+    """`text` as a TOML basic string ("..."), which JSON's escapes are."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _kind(value: object) -> str:

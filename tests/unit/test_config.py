@@ -113,6 +113,7 @@ def test_every_setting(tmp_path: Path) -> None:
         max_message_size = 100
         pending_ttl = "10m"
         done_ttl = 0
+        trusted_sources = ["mqtt:billing", "mqtt:site/7", "Alice@Example.org", "bob@example.org/x"]
 
         [security]
         password_file = "passwd"
@@ -147,6 +148,10 @@ def test_every_setting(tmp_path: Path) -> None:
         max_message_size=100,
         pending_ttl=600.0,
         done_ttl=0.0,
+        # as written: each door compares its own (jids.normal for the XMPP one)
+        trusted_sources=frozenset(
+            {"mqtt:billing", "mqtt:site/7", "Alice@Example.org", "bob@example.org/x"}
+        ),
     )
     assert config.security == Security(tmp_path / "passwd", tmp_path / "acl", None)
     assert isinstance(config.mqtt.authenticator, PasswordFile)
@@ -155,6 +160,20 @@ def test_every_setting(tmp_path: Path) -> None:
     assert not config.mqtt.authenticator.authenticate(None, None, "c")
     assert config.mqtt.authenticator.authenticate("alice", b"wonder", "c")
     assert config.mqtt.authorizer.can_publish("alice", "c", "alice/x")
+
+
+@pytest.mark.parametrize(
+    ("written", "trusted"),
+    [
+        ("", None),  # left out: anyone, as the embedded API's default
+        ("trusted_sources = []", frozenset()),  # no one
+        ("trusted_sources = ['mqtt:a b', 'mqtt:x%y']", frozenset({"mqtt:a b", "mqtt:x%y"})),
+    ],
+)
+def test_trusted_sources_of_the_file(tmp_path: Path, written: str, trusted: object) -> None:
+    """An MQTT client id may hold any character: after `mqtt:`, anything is one."""
+    config = load_config(_write(tmp_path, f"[exactly_once]\n{written}\n"))
+    assert config.exactly_once.trusted_sources == trusted
 
 
 def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None:
@@ -240,7 +259,47 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[exactly_once]\nmax_bytes_total = 1.5", "max_bytes_total: expected an integer, got a n"),
         ("[exactly_once]\npending_ttl = -1", "exactly_once.pending_ttl: -1 is not 0 or more sec"),
         ("[exactly_once]\ndone_ttl = 'later'", "exactly_once.done_ttl: bad duration 'later'"),
-        ("[exactly_once]\ntrusted_sources = []", "exactly_once.trusted_sources: unknown key"),
+        # Who may send exactly once: a list of the names the doors give their senders.
+        (
+            "[exactly_once]\ntrusted_sources = 'mqtt:billing'",
+            "exactly_once.trusted_sources: expected a list of strings, got a string "
+            "('mqtt:billing'): write [\"mqtt:billing\"]",
+        ),
+        ("[exactly_once]\ntrusted_sources = 1", "trusted_sources: expected a list of strings, got"),
+        (
+            "[exactly_once]\ntrusted_sources = { mqtt = 'billing' }",
+            "exactly_once.trusted_sources: expected a list of strings, got a table",
+        ),
+        (
+            "[exactly_once]\ntrusted_sources = ['mqtt:a', 7]",
+            "exactly_once.trusted_sources[2]: expected a string, got an integer",
+        ),
+        (
+            "[exactly_once]\ntrusted_sources = ['mqtt:a', ['mqtt:b']]",
+            "exactly_once.trusted_sources[2]: expected a string, got an array",
+        ),
+        (
+            "[exactly_once]\ntrusted_sources = ['mqtt:a', 'b@example.org', 'mqtt:a']",
+            "exactly_once.trusted_sources[3]: 'mqtt:a' is listed twice (trusted_sources[1] too)",
+        ),
+        (
+            "[exactly_once]\ntrusted_sources = ['']",
+            "exactly_once.trusted_sources[1]: an empty string names no one: write mqtt:<client "
+            'id> for an MQTT client ("mqtt:sensor-1"), a JID for an XMPP sender '
+            '("alice@example.org")',
+        ),
+        ("[exactly_once]\ntrusted_sources = ['mqtt:']", "[1]: 'mqtt:' names no client id: write"),
+        (
+            "[exactly_once]\ntrusted_sources = ['billing job']",
+            "trusted_sources[1]: 'billing job' is neither an MQTT client nor a JID: write mqtt:",
+        ),
+        ("[exactly_once]\ntrusted_sources = ['MQTT:a']", "'MQTT:a' is neither an MQTT client n"),
+        ("[exactly_once]\ntrusted_sources = ['a@b/']", "'a@b/' is neither an MQTT client nor a"),
+        # A key of [exactly_once] written below another header: its table is named.
+        (
+            "[security]\ntrusted_sources = []",
+            "security.trusted_sources: not a key of this table: it goes in [exactly_once]",
+        ),
         ("[security]\nallow_anonymous = 'yes'", "allow_anonymous: expected true or false"),
         ("[security]\npassword_file = ''", "password_file: expected a file name, got an empty"),
         # A TOML escape no file name can hold: open() raised ValueError, a traceback.
@@ -747,6 +806,7 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
     # The tables whose values it says are the defaults: each key, set, not commented out.
     assert set(document["mqtt"]["limits"]) == _names(Limits)
     assert set(document["exactly_once"]) == _names(ExactlyOnceLimits) - {"trusted_sources"}
+    assert "\n# trusted_sources = [" in text  # no default to write: shown commented out
     # The others: each key at least commented out ("# key = ..."). The fields left out are
     # no key: what the file is read into, tables checked below, and what [security] sets.
     written = set(re.findall(r"^(?:# )?(\w+) *=", text, re.MULTILINE))

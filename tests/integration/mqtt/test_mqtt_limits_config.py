@@ -13,6 +13,7 @@ from tests.integration.mqtt.clients import paho, serving_fresh, start_server
 from tests.integration.mqtt.raw import (
     open_raw,
     puback,
+    publish,
     publish_fields,
     publish_qos2,
     pubrel,
@@ -121,6 +122,48 @@ def test_exactly_once_refusals_of_a_persistent_session_name_its_client_id(
             assert (kind, body[:3]) == (0x50, b"\x00\x02\x97")  # quota
             assert b"client persist: this message would pass max_pending_per_source (1)" in body
             assert b"mqtt:" not in body, body
+
+
+def test_trusted_sources_of_the_file_choose_who_may_publish_at_qos_2(tmp_path: Path) -> None:
+    """`[exactly_once] trusted_sources` in `boxmq serve`'s file (before, the embedded API's
+    alone): a client whose id it does not list has its QoS 2 PUBLISH refused with PUBREC 0x87
+    Not authorized, naming its client id, whether stored or to be held in memory; a listed
+    one's is stored and delivered, and QoS 1 stays open to both."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text('[exactly_once]\ntrusted_sources = ["mqtt:billing", "alice@example.org"]\n')
+    with serving_fresh(tmp_path, "--config", str(config)) as address:
+        reader = paho(address, "reader", clean=False, expiry=300)
+        reader.subscribe("eo/#", 2)
+        stranger, _ = open_raw(address, "stranger")
+        with stranger:
+            stranger.sendall(publish_qos2("eo/a", 1, b"from a stranger"))
+            kind, body = read(stranger)
+            assert (kind, body[:3]) == (0x50, b"\x00\x01\x87")  # PUBREC: not authorized
+            assert b"client stranger may not send messages exactly once" in body
+            stranger.sendall(publish("eo/b", b"at least once", qos=1, packet_id=2))
+            assert read(stranger) == (0x40, b"\x00\x02")  # PUBACK
+        # Connected clean, for a subscriber in memory alone: held until its PUBREL, not stored.
+        watcher = paho(address, "watcher")
+        watcher.subscribe("mem/#", 2)
+        passer_by, _ = open_raw(address, "passer-by", clean=True, expiry=0)
+        with passer_by:
+            passer_by.sendall(publish_qos2("mem/a", 1, b"held in memory"))
+            kind, body = read(passer_by)
+            assert (kind, body[:3]) == (0x50, b"\x00\x01\x87")
+        assert watcher.nothing()
+        watcher.stop()
+        billing, _ = open_raw(address, "billing")
+        with billing:
+            billing.sendall(publish_qos2("eo/c", 1, b"exactly once"))
+            assert read(billing) == (0x50, b"\x00\x01")  # PUBREC: stored
+            billing.sendall(pubrel(1))
+            assert read(billing) == (0x70, b"\x00\x01")  # PUBCOMP
+        got = [reader.next() for _ in range(2)]
+        assert [(m.topic, m.payload) for m in got] == [
+            ("eo/b", b"at least once"),
+            ("eo/c", b"exactly once"),
+        ]
+        reader.stop()
 
 
 def test_exactly_once_totals_bound_the_qos2_messages_all_clients_hold_in_memory(
