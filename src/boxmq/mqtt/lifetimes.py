@@ -601,9 +601,10 @@ class Lifetimes:
     def _count(self, away: AwayAtStart, now: float) -> None:
         """A session away that no timer of this broker counts yet: its Will and its end are
         timed from its record (`counted`)."""
-        if away.counted.will_due is not None:
-            self._wills.resume(away, now)  # first: a Will due with the end goes before it
         deadline = away.counted.deadline()
+        due = away.counted.will_due
+        if due is not None:  # a Will due with the end is sent by it, right before it
+            self._wills.resume(away, now, with_end=deadline is not None and due >= deadline)
         if deadline is None:
             return
         client_id = away.counted.client_id
@@ -724,6 +725,7 @@ class Lifetimes:
         record = read_record(self._box.root, client_id)
         if not away.still_away(record):
             return
+        self._wills.send_early(client_id)  # one due with the end goes right before it
         log.info("client %s: session expired (it was on disk at start)", client_id)
         self.forget_on_disk(client_id, record)
 
@@ -742,6 +744,7 @@ class Lifetimes:
                 # or one took it on from a broker that died and counts it.
                 self.let_go(session)
                 return
+            self._wills.send_early(client_id)  # one due with the end goes right before it
             log.info("client %s: session expired", client_id)
             self.end(session)
 

@@ -2,11 +2,14 @@
 
 A connection that closes without DISCONNECT 0x00 sends its Will (MQTT 5.0 §3.1.2.5), at once or
 after its Will Delay Interval (§3.1.3.2.2), which `Wills` times on the broker's clock (its
-`send_due`, at each tick, before the sessions' ends: a Will due with its session's end goes
-first, MQTT-3.1.3-9); a persistent session's record holds a Will waiting out its delay, so a
-restart of the broker sends it when due (`resume`), unless its client came back (here, or to
-another broker on this root: its record changed). A stop runs no tick: a Will due then stays
-in its record, for the next start to send at once.
+`send_due`, at each tick, before the sessions' ends); one whose delay is not shorter than its
+session's expiry has no time of its own: that end sends it, right before it ends
+(`send_early`, MQTT-3.1.3-9). Timed apart, from a read of the clock microseconds before the
+end's, it could go a tick before the end, and a client reconnecting the moment it saw its
+Will found its session still there. A persistent session's record holds a Will waiting out
+its delay, so a restart of the broker sends it when due (`resume`), unless its client came
+back (here, or to another broker on this root: its record changed). A stop runs no tick: a
+Will due then stays in its record, for the next start to send at once.
 
 A Will waiting in a session record (a delay, a broker that died with its client connected, or
 one sent at once at the close of a persistent session's connection) is removed from the record
@@ -196,6 +199,9 @@ class Wills:
         # a clock moved on past a session's end ended it and sent no Will). And what sends it
         # then (a clean start runs it early).
         self._due: Timed[str] = Timed()
+        # Those due with their session's end (their delay not shorter than its expiry): what
+        # sends each, run by that end right before it (`send_early`), on no timer of their own.
+        self._with_end: dict[str, Callable[[], None]] = {}
         self._unread: set[str] = set()  # those whose Will, due, waits for its record, told
         self._sent = SentWills(root)  # sent from records that still hold them
         # Client id -> when its Will was due, for a Will this broker sent whose own write the
@@ -207,8 +213,9 @@ class Wills:
         self._writing: dict[str, list[Callable[[], None]]] = {}
 
     def send_early(self, client_id: str) -> None:
-        """The session ends now (a clean start): its delayed Will, if any, goes out now."""
-        send = self._due.get(client_id)
+        """The session ends now (a clean start, or its end on time: Lifetimes): its delayed
+        Will, if any, goes out now, before the end (a Will due with it waits for this)."""
+        send = self._due.get(client_id) or self._with_end.get(client_id)
         if send is not None:
             send()
 
@@ -220,7 +227,8 @@ class Wills:
     def send_due(self, now: float) -> None:
         """On the broker's timer, before the sessions' ends (Lifetimes.end_due): the delayed
         Wills whose time came at `now` go out. A Will is due no later than its session's end
-        (`will_delay`, Lifetimes._capped), so one due with it goes first (MQTT-3.1.3-9)."""
+        (`will_delay`, Lifetimes._capped); one due with it is sent by that end (`send_early`),
+        so that the two are one step, in that order (MQTT-3.1.3-9)."""
         for send in self._due.due(now):
             send()
 
@@ -228,9 +236,10 @@ class Wills:
         """On the broker's timer: the records still holding a Will sent (SentWills)."""
         self._sent.retry(now=now)
 
-    def resume(self, away: AwayAtStart, now: float) -> None:
+    def resume(self, away: AwayAtStart, now: float, *, with_end: bool = False) -> None:
         """At start: a Will that waited out its delay when the broker stopped (or whose
-        connection died with it) goes out when due, at once if that time has passed."""
+        connection died with it) goes out when due, at once if that time has passed; by its
+        session's end (`with_end`: due with it, Lifetimes._count) if not."""
         due, left_at = away.counted.will_due, away.counted.disconnected_at
         assert due is not None
         # Never more than its delay from now: a record written by a clock ahead of ours
@@ -241,7 +250,7 @@ class Wills:
             self._send_if_still_away(away)
         else:
             send = functools.partial(self._send_if_still_away, away)
-            self._delay(away.counted.client_id, now + wait, send)
+            self._delay(away.counted.client_id, now + wait, send, with_end=with_end)
 
     def _send_if_still_away(self, away: AwayAtStart) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another
@@ -360,7 +369,7 @@ class Wills:
             self._publish_will(client_id, username, will, behind, written)
             self._flush()
 
-        self._delay(client_id, due, send)
+        self._delay(client_id, due, send, with_end=delay == session.expiry)
 
     def _sent_unrecorded(self, client_id: str, due: float, failure: BaseException | None) -> None:
         """A Will sent whose close's record the disk refused: that record, written again
@@ -395,13 +404,22 @@ class Wills:
         else:
             waiting.append(then)
 
-    def _delay(self, client_id: str, due: float, send: Callable[[], None]) -> None:
-        """The client's Will goes out at `due` (the broker's clock) by `send`. One time per
-        client id: a Will resumed at start, and again at its client's return
-        (Lifetimes.left_by_the_dead), is one Will."""
-        self._due.set(client_id, due, send)
+    def _delay(
+        self, client_id: str, due: float, send: Callable[[], None], *, with_end: bool = False
+    ) -> None:
+        """The client's Will goes out at `due` (the broker's clock) by `send`, or, `with_end`
+        (due with its session's end), by that end (`send_early`). One time per client id: a
+        Will resumed at start, and again at its client's return (Lifetimes.left_by_the_dead),
+        is one Will."""
+        if with_end:
+            self._due.discard(client_id)
+            self._with_end[client_id] = send
+        else:
+            self._with_end.pop(client_id, None)
+            self._due.set(client_id, due, send)
 
     def forget_timer(self, client_id: str) -> None:
         """No timer for the client's Will any more (it fired, went out early, or was
-        cancelled by the client's return)."""
+        cancelled by the client's return), nor a wait for its session's end."""
         self._due.discard(client_id)
+        self._with_end.pop(client_id, None)

@@ -113,7 +113,11 @@ def _connack(
 async def _until(condition: Callable[[], bool]) -> None:
     # What is waited for often follows an fsync or a one-second timer: 20 s, not 2, for a
     # loaded machine.
-    deadline = time.monotonic() + 20
+    await _until_within(20, condition)
+
+
+async def _until_within(seconds: float, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if condition():
             return
@@ -1433,6 +1437,75 @@ def test_a_will_delayed_past_its_session_goes_at_its_end_on_the_brokers_clock(
         broker.tick(clock.now())
         assert "dev" not in broker._sessions
         await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+
+    run_broker(tmp_path, test, clock)
+
+
+class _CreepingClock(ManualClock):
+    """A clock that moves a microsecond at each read, as a real one does between two reads of
+    one close (the Will's time, then its session's end)."""
+
+    def now(self) -> float:
+        read = super().now()
+        self.advance(1e-6)
+        return read
+
+
+def test_a_will_delayed_past_its_session_goes_with_its_end_not_a_tick_before(
+    tmp_path: Path,
+) -> None:
+    """MQTT 5.0 §3.1.3.2.2: a Will goes when its delay passes or its session ends, whichever
+    first. A delay not shorter than the expiry was timed apart from the end, from a read of
+    the clock microseconds earlier at the close: a tick between the two sent the Will with
+    the session still there, and its client, reconnecting the moment it saw its Will (a
+    loaded machine's test_mqtt_will_edges), found the session present. The Will now goes
+    with the end, right before it: the session is gone when the Will is seen."""
+    clock = _CreepingClock(time.time())
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=3600, expiry=10)
+        record = read_record(str(tmp_path / "root"), "dev")
+        assert record is not None
+        assert record.will_due is not None
+        for at in (record.will_due, record.will_due + 1):  # the first: a tick before the end
+            broker.tick(at)
+            with contextlib.suppress(AssertionError):
+                await _until_within(0.2, lambda: bool(watcher.inbox))
+                break
+        assert _will_sent(watcher) == [b"gone"]
+        _, connack = _connack(broker, "dev", clean=False, session_expiry_interval=10)
+        assert not connack.session_present
+
+    run_broker(tmp_path, test, clock)
+
+
+def test_a_will_found_at_start_due_with_its_session_goes_right_before_its_end(
+    tmp_path: Path,
+) -> None:
+    """A Will on disk at start whose delay is not shorter than its session's expiry (its due
+    time the session's end) goes with that end, once, right before it: its client,
+    reconnecting the moment it sees it, finds no session."""
+    root = tmp_path / "root"
+    clock = ManualClock(time.time())
+    now = clock.now()
+    will = Will("will/away", b"gone", properties=Properties.build(will_delay_interval=3600))
+    record = SessionRecord(
+        "away", 10, disconnected_at=now, will=will, will_due=now + 10, counted_by=dead_token()
+    )
+    write_record(str(root), record)
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        broker.tick(now + 9)
+        await asyncio.sleep(0.05)  # what a Will due would have sent by then
+        assert _will_sent(watcher) == []
+        broker.tick(now + 10)
+        await _until(lambda: bool(watcher.inbox))
+        _, connack = _connack(broker, "away", clean=False, session_expiry_interval=10)
+        assert not connack.session_present
+        await asyncio.sleep(0.05)  # a second copy would come with it
         assert _will_sent(watcher) == [b"gone"]
 
     run_broker(tmp_path, test, clock)
