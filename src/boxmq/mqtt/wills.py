@@ -258,7 +258,7 @@ class Wills:
         scheduled = away.counted
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
-        self.forget_timer(client_id)
+        self._untimed(client_id)  # its read refused before (`_unread`), still told once
         if client_id in self._sessions or client_id in self._writing:
             return  # its client came back here; or sent already (resumed twice)
         try:
@@ -420,6 +420,12 @@ class Wills:
 
     def forget_timer(self, client_id: str) -> None:
         """No timer for the client's Will any more (it fired, went out early, or was
-        cancelled by the client's return), nor a wait for its session's end."""
+        cancelled by the client's return), nor a wait for its session's end; nor the mark
+        of one whose record could not be read (`_unread`): kept, it silenced the warning of
+        the client id's next Will waiting so."""
+        self._untimed(client_id)
+        self._unread.discard(client_id)
+
+    def _untimed(self, client_id: str) -> None:
         self._due.discard(client_id)
         self._with_end.pop(client_id, None)

@@ -1,18 +1,30 @@
 """SentWills: a Will sent from a session record the disk then refused to rewrite is never
-sent twice by this broker, and the record is written again until the disk takes it."""
+sent twice by this broker, and the record is written again until the disk takes it. Wills:
+one waiting for its record to read is forgotten at its client's return."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from boxmq.clock import ManualClock
 from boxmq.mqtt.packets import Will
-from boxmq.mqtt.session_record import SessionRecord, read_record, record_path, write_record
-from boxmq.mqtt.wills import SentWills
+from boxmq.mqtt.properties import Properties
+from boxmq.mqtt.session_record import (
+    AwayAtStart,
+    SessionRecord,
+    read_record,
+    record_path,
+    write_record,
+)
+from boxmq.mqtt.wills import SentWills, Wills
 
 _AWAY = SessionRecord("c1", 60, disconnected_at=100.0, will=Will("w/c1", b"gone"), will_due=101.0)
 
@@ -110,3 +122,55 @@ def test_a_record_that_cannot_be_read_keeps_the_sent_will_for_the_next_try(
     assert record is not None
     assert (record.will, record.will_due) == (None, None)
     assert not wills.already_sent(_AWAY)
+
+
+@contextlib.contextmanager
+def _looping(root: str, client_id: str) -> Iterator[None]:
+    """The client's record a symlink to itself, which every read refuses (ELOOP, as EIO of a
+    failing disk), then put back."""
+    path = record_path(root, client_id)
+    os.rename(path, f"{path}.aside")
+    os.symlink(os.path.basename(path), path)
+    try:
+        yield
+    finally:
+        os.unlink(path)
+        os.rename(f"{path}.aside", path)
+
+
+def test_a_will_waiting_for_its_record_is_forgotten_with_its_clients_return(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Will found on disk at start whose record cannot be read when due waits a second at a
+    time (Wills._not_read), told once. Its client's return cancels it (Resuming.take:
+    `forget_timer`): no retry sends it after. And the return forgets that it was told: kept,
+    a later Will of the client id whose record could not be read was never told of."""
+    root = str(tmp_path)
+    clock = ManualClock(1000.0)
+    will = Will("w/c1", b"gone", properties=Properties.build(will_delay_interval=5))
+    away = SessionRecord("c1", 60, disconnected_at=990.0, will=will, will_due=995.0)
+    write_record(root, away)
+    published: list[str] = []
+    wills = Wills(
+        root,
+        clock,
+        "this broker",
+        {},
+        lambda client_id, *_: published.append(client_id),
+        lambda: None,
+        lambda *_: None,
+    )
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        with _looping(root, "c1"):
+            wills.resume(AwayAtStart(away, away), clock.now())  # due: its record read, refused
+        wills.forget_timer("c1")  # its client came back
+        for later in (1.0, 2.0, 3.0):
+            wills.send_due(clock.now() + later)
+        assert published == []
+        again = replace(away, disconnected_at=1010.0, will_due=1015.0)  # it left again
+        write_record(root, again)
+        with _looping(root, "c1"):
+            wills.resume(AwayAtStart(again, again), 1020.0)
+    told = [m for m in caplog.messages if "client c1: its session record cannot be read" in m]
+    assert len(told) == 2, told
+    assert published == []
