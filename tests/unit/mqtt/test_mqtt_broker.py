@@ -4379,3 +4379,67 @@ def test_a_subscribe_whose_record_cannot_be_looked_at_is_answered_as_a_disk_fail
         assert read_record(str(root), "sub") == before
 
     run_broker(tmp_path, test)
+
+
+@contextlib.contextmanager
+def _record_looping_till_written(root: Path, client_id: str) -> Iterator[None]:
+    """`_record_looping`, but a record the broker wrote meanwhile (over the symlink) is kept,
+    not put back over with the one before."""
+    path = record_path(str(root), client_id)
+    aside = f"{path}.aside"
+    os.rename(path, aside)
+    os.symlink(os.path.basename(path), path)
+    try:
+        yield
+    finally:
+        if os.path.islink(path):
+            os.unlink(path)
+            os.rename(aside, path)
+        else:
+            os.unlink(aside)
+
+
+@pytest.mark.parametrize("answer", ["qos 2 publish", "pubrel"])
+def test_a_qos2_publish_or_pubrel_whose_record_cannot_be_looked_at_is_a_disk_failure(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, answer: str
+) -> None:
+    """Before a QoS 2 PUBLISH or a PUBREL goes to a connected persistent session, its record is
+    written (Broker._record_unrecorded), after a look whether another server took the
+    session (TakenElsewhere.closes). A record that look cannot stat nor read (ELOOP here, EIO
+    of a failing disk) closes the connection as a disk failure (DISCONNECT 0x80, one ERROR
+    line naming the client), the packet not sent; nothing is lost: the session, resumed,
+    gets the message, or the PUBREL again."""
+
+    async def test(broker: Broker) -> None:
+        root = tmp_path / "root"
+        sub = _subscriber(broker, "sub", "q2/#", 2, expiry=600)
+        packet_id = 0
+        with contextlib.ExitStack() as stack:
+            if answer == "qos 2 publish":
+                stack.enter_context(_record_looping_till_written(root, "sub"))
+            await _publish(broker, "q2/a", b"m", 2)
+            if answer == "pubrel":
+                await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
+                [publish] = sub.take()
+                assert isinstance(publish, Publish)
+                packet_id = publish.packet_id or 0
+                stack.enter_context(_record_looping_till_written(root, "sub"))
+            with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+                if answer == "pubrel":
+                    sub.send(Pubrec(packet_id))
+                await _until(lambda: any(isinstance(p, Disconnect) for p in sub.inbox))
+            got = sub.take()
+            assert got == [Disconnect(ReasonCode.UNSPECIFIED_ERROR)], got
+            told = [m for m in caplog.messages if "client sub: its session record cannot" in m]
+            assert len(told) == 1, told
+            assert "ELOOP" in told[0], told
+        back = connect_peer(broker, "sub", expiry=600, clean=False)
+        await _until(lambda: bool(back.inbox))
+        [again] = back.take()
+        if answer == "pubrel":
+            assert again == Pubrel(packet_id), again
+        else:
+            assert isinstance(again, Publish), again
+            assert (again.topic, again.payload, again.qos) == ("q2/a", b"m", 2)
+
+    run_broker(tmp_path, test)
