@@ -258,7 +258,14 @@ class ConnectAnswers:
             return
         record = taken
         client.quiet = not self._connections.dropped(client_id, now=self._clock.now())
-        present, session = self._resuming.take(client_id, packet.clean_start, expiry, record)
+        try:
+            present, session = self._resuming.take(client_id, packet.clean_start, expiry, record)
+        except OSError as error:
+            # The record of the session a clean start ends, read to send its delayed Will
+            # (Wills.send_early): raised, the CONNECT went unanswered and the Will was lost.
+            why = "its session's record could not be read to send its Will before it ends"
+            self._refuse_failed(client, packet, why, error)
+            return
         session.expiry = expiry
         client.asked_expiry = props.session_expiry_interval or 0
         session.will = packet.will

@@ -725,7 +725,8 @@ class Lifetimes:
         record = read_record(self._box.root, client_id)
         if not away.still_away(record):
             return
-        self._wills.send_early(client_id)  # one due with the end goes right before it
+        if not self._will_first(client_id, partial(self._end_if_still_away, away)):
+            return
         log.info("client %s: session expired (it was on disk at start)", client_id)
         self.forget_on_disk(client_id, record)
 
@@ -744,11 +745,29 @@ class Lifetimes:
                 # or one took it on from a broker that died and counts it.
                 self.let_go(session)
                 return
-            self._wills.send_early(client_id)  # one due with the end goes right before it
+            if not self._will_first(client_id, expire):
+                return
             log.info("client %s: session expired", client_id)
             self.end(session)
 
         self._end_at(client_id, self._clock.now() + session.expiry, expire)
+
+    def _will_first(self, client_id: str, end: Callable[[], None]) -> bool:
+        """Before the session's end on time: its Will waiting for it (due with it) goes
+        first, right before it (Wills.send_early). False if the Will's record cannot be read
+        now (EIO): the Will and the end wait a second more, for the next try."""
+        try:
+            self._wills.send_early(client_id)
+        except OSError as error:
+            log.warning(
+                "client %s: its session's end waits a second for its Will, whose record "
+                "cannot be read: %s",
+                client_id,
+                store_failure(error),
+            )
+            self._end_at(client_id, self._clock.now() + 1.0, end)
+            return False
+        return True
 
     def _end_at(self, client_id: str, when: float, end: Callable[[], None]) -> None:
         """The session of `client_id` ends at `when` (the broker's clock) by `end`, which

@@ -116,6 +116,7 @@ class Resuming:
             self._kick(old_client, _R.SESSION_TAKEN_OVER, "session taken over")
         if clean:  # §3.1.3.2.2: the old session ends now, so its delayed Will goes out
             now = self._clock.now()
+            waited = self._wills.waiting(client_id)
             if (
                 client_id not in self._sessions
                 and record is not None
@@ -127,7 +128,14 @@ class Resuming:
                 # One due already is that server's to send (sent at the close, if it had no
                 # delay): sent here too, it could go out twice.
                 self._wills.resume(AwayAtStart(record, record), now)
-            self._wills.send_early(client_id)
+            try:
+                self._wills.send_early(client_id)
+            except OSError:
+                # Its record unreadable (EIO): the CONNECT is refused (connect_answers), the
+                # session not ended, its Will left to whoever timed it before.
+                if not waited:
+                    self._wills.forget_timer(client_id)
+                raise
         self._wills.forget_timer(client_id)
         self._lifetimes.cancel_expiry(client_id)
         if not clean and self._lifetimes.finish_end(client_id, record):

@@ -72,6 +72,11 @@ sends it if known, whose disk work goes first, what to run once its disk work en
 publishing.py's."""
 
 
+Send = Callable[[bool], None]
+"""What sends a delayed Will: (`early`: run by `send_early`, the session ending now, not on
+the Will's time) -> None; raises the OSError of a record it cannot read only if `early`."""
+
+
 def _nothing(_: BaseException | None) -> None:
     """What runs once a Will no record holds is written."""
 
@@ -199,9 +204,10 @@ class Wills:
         # a clock moved on past a session's end ended it and sent no Will). And what sends it
         # then (a clean start runs it early).
         self._due: Timed[str] = Timed()
-        # Those due with their session's end (their delay not shorter than its expiry): what
-        # sends each, run by that end right before it (`send_early`), on no timer of their own.
-        self._with_end: dict[str, Callable[[], None]] = {}
+        # What sends each Will waiting, timed (`_due`) or due with its session's end (its
+        # delay not shorter than its expiry), run by that end right before it (`send_early`),
+        # on no timer of its own.
+        self._sends: dict[str, Send] = {}
         self._unread: set[str] = set()  # those whose Will, due, waits for its record, told
         self._sent = SentWills(root)  # sent from records that still hold them
         # Client id -> when its Will was due, for a Will this broker sent whose own write the
@@ -214,10 +220,14 @@ class Wills:
 
     def send_early(self, client_id: str) -> None:
         """The session ends now (a clean start, or its end on time: Lifetimes): its delayed
-        Will, if any, goes out now, before the end (a Will due with it waits for this)."""
-        send = self._due.get(client_id) or self._with_end.get(client_id)
+        Will, if any, goes out now, before the end (a Will due with it waits for this). A
+        record that cannot be read now (EIO), which says whether its client came back
+        elsewhere, raises its OSError, the Will left waiting as it was: the caller does not
+        end the session yet (raised from within the Will, its timer was forgotten first, and
+        the Will never sent)."""
+        send = self._sends.get(client_id)
         if send is not None:
-            send()
+            send(True)
 
     def clock_stepped(self, by: float) -> None:
         """The wall clock was stepped `by` seconds (Broker.clock_stepped): the delays under
@@ -247,26 +257,28 @@ class Wills:
         # lead late (an hour for a delay of 10 s).
         wait = due - now if left_at is None else min(due - now, due - left_at)
         if wait <= 0:
-            self._send_if_still_away(away)
+            self._send_if_still_away(away, early=False)
         else:
             send = functools.partial(self._send_if_still_away, away)
             self._delay(away.counted.client_id, now + wait, send, with_end=with_end)
 
-    def _send_if_still_away(self, away: AwayAtStart) -> None:
+    def _send_if_still_away(self, away: AwayAtStart, early: bool) -> None:
         """A Will found on disk at start, unless its client came back (here, or to another
         broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
         scheduled = away.counted
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
-        self._untimed(client_id)  # its read refused before (`_unread`), still told once
         if client_id in self._sessions or client_id in self._writing:
+            self._untimed(client_id)
             return  # its client came back here; or sent already (resumed twice)
         try:
             current = read_record(self._root, client_id)
         except OSError as error:  # raised, it left Broker.tick and stopped the server
-            self._not_read(away, error)
+            if early:
+                raise  # send_early's caller's
+            self._not_read(client_id, functools.partial(self._send_if_still_away, away), error)
             return
-        self._unread.discard(client_id)
+        self.forget_timer(client_id)  # and that its read was refused, if it was
         if (
             not away.will_unsent(current)
             or self._sent.already_sent(scheduled)  # its record could not say so
@@ -282,11 +294,9 @@ class Wills:
         )
         self._flush()
 
-    def _not_read(self, away: AwayAtStart, error: OSError) -> None:
-        """`_send_if_still_away` could not read the record (EIO of a failing disk), which
-        says whether the client came back: the Will waits for the next try, told once."""
-        client_id = away.counted.client_id
-        send = functools.partial(self._send_if_still_away, away)
+    def _not_read(self, client_id: str, send: Send, error: OSError) -> None:
+        """A Will due could not read its record (EIO of a failing disk), which says whether
+        the client came back: the Will waits for the next try, told once."""
         self._delay(client_id, self._clock.now() + _RETRY_EVERY, send)
         if client_id in self._unread:
             return
@@ -352,9 +362,15 @@ class Wills:
         due = recorded.will_due
         assert due is not None
 
-        def send() -> None:
-            self.forget_timer(client_id)
-            record = read_record(self._root, client_id)
+        def send(early: bool) -> None:
+            try:
+                record = read_record(self._root, client_id)
+            except OSError as error:  # raised, it left Broker.tick and stopped the server
+                if early:
+                    raise  # send_early's caller's
+                self._not_read(client_id, send, error)
+                return
+            self.forget_timer(client_id)  # and that its read was refused, if it was
             ours = record is not None and record.holder is None and record.will_due == due
             if record is None or (not ours and record.holder != self._token):
                 # Its client came back to another broker on this root (or left it again), or
@@ -404,19 +420,16 @@ class Wills:
         else:
             waiting.append(then)
 
-    def _delay(
-        self, client_id: str, due: float, send: Callable[[], None], *, with_end: bool = False
-    ) -> None:
+    def _delay(self, client_id: str, due: float, send: Send, *, with_end: bool = False) -> None:
         """The client's Will goes out at `due` (the broker's clock) by `send`, or, `with_end`
         (due with its session's end), by that end (`send_early`). One time per client id: a
         Will resumed at start, and again at its client's return (Lifetimes.left_by_the_dead),
         is one Will."""
+        self._sends[client_id] = send
         if with_end:
             self._due.discard(client_id)
-            self._with_end[client_id] = send
         else:
-            self._with_end.pop(client_id, None)
-            self._due.set(client_id, due, send)
+            self._due.set(client_id, due, functools.partial(send, False))
 
     def forget_timer(self, client_id: str) -> None:
         """No timer for the client's Will any more (it fired, went out early, or was
@@ -428,4 +441,8 @@ class Wills:
 
     def _untimed(self, client_id: str) -> None:
         self._due.discard(client_id)
-        self._with_end.pop(client_id, None)
+        self._sends.pop(client_id, None)
+
+    def waiting(self, client_id: str) -> bool:
+        """Whether a delayed Will of the client id waits (timed, or for its session's end)."""
+        return client_id in self._sends

@@ -34,6 +34,7 @@ from boxmq.clock import ManualClock, SystemClock
 from boxmq.core import ExactlyOnceLimits
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches, recording
+from boxmq.mqtt import wills as wills_module
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
 from boxmq.mqtt.codec import encode
@@ -4443,3 +4444,100 @@ def test_a_qos2_publish_or_pubrel_whose_record_cannot_be_looked_at_is_a_disk_fai
             assert (again.topic, again.payload, again.qos) == ("q2/a", b"m", 2)
 
     run_broker(tmp_path, test)
+
+
+def test_a_clean_start_whose_will_record_cannot_be_read_is_refused_and_keeps_the_will(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A clean start ends its session, which sends its delayed Will early (Wills.send_early)
+    after a read of its record (whether its client came back elsewhere) with no guard: a
+    read failing there (EIO of a failing disk, after the CONNECT's own read) raised out of
+    the CONNECT, unanswered, with the Will's timer forgotten, so the Will was never sent.
+    The CONNECT is refused as a disk failure (CONNACK 0x80, one ERROR line), the session
+    not ended, and the Will keeps its time."""
+    clock = ManualClock(time.time())
+
+    def failing(root: str, client_id: str) -> SessionRecord | None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=30, expiry=600)
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            monkeypatch.setattr(wills_module, "read_record", failing)
+            again, refused = _connack(broker, "dev", session_expiry_interval=600)
+            monkeypatch.undo()
+        assert refused.reason is ReasonCode.UNSPECIFIED_ERROR
+        assert again.closed
+        told = [m for m in caplog.messages if "dev" in m and "refused" in m]
+        assert len(told) == 1, told
+        assert "EIO" in told[0], told
+        await asyncio.sleep(0.05)
+        assert _will_sent(watcher) == []  # not early: its session did not end
+        assert "dev" in broker._sessions
+        clock.advance(31)
+        broker.tick(clock.now())
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+
+    run_broker(tmp_path, test, clock)
+
+
+def test_a_delayed_will_whose_record_cannot_be_read_at_its_time_waits_for_the_next_try(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Will a close left waiting out its delay reads its record when due (whether its
+    client came back elsewhere) with no guard, unlike one found at start (35dde634): a read
+    failing with anything but a missing file (ELOOP here, EIO of a failing disk) left
+    Broker.tick and stopped the server. It waits a second more at a time, told once, and
+    goes out once the record reads."""
+    clock = ManualClock(time.time())
+    root = tmp_path / "root"
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=30, expiry=600)
+        clock.advance(30)
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            with _record_looping(root, "dev"):
+                for later in (0, 1, 2):
+                    broker.tick(clock.now() + later)
+            told = [m for m in caplog.messages if "client dev: its session record cannot" in m]
+            assert len(told) == 1, told
+            assert "ELOOP" in told[0], told
+        await asyncio.sleep(0.05)  # what a Will sent would have been by then
+        assert _will_sent(watcher) == []
+        broker.tick(clock.now() + 3)
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+
+    run_broker(tmp_path, test, clock)
+
+
+def test_a_will_due_with_its_session_whose_record_cannot_be_read_puts_the_end_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Will due with its session's end is sent by that end, right before it
+    (Wills.send_early). Its record failing to read there (EIO of a failing disk), the end
+    waits a second, with the Will, rather than end the session without it."""
+    clock = ManualClock(time.time())
+
+    def failing(root: str, client_id: str) -> SessionRecord | None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=3600, expiry=10)
+        clock.advance(10)
+        monkeypatch.setattr(wills_module, "read_record", failing)
+        broker.tick(clock.now())
+        monkeypatch.undo()
+        await asyncio.sleep(0.05)  # what a Will sent would have been by then
+        assert _will_sent(watcher) == []
+        assert "dev" in broker._sessions
+        broker.tick(clock.now() + 1)
+        assert "dev" not in broker._sessions
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+
+    run_broker(tmp_path, test, clock)
