@@ -99,6 +99,8 @@ __all__ = [
 
 log = logging.getLogger("boxmq.mqtt")
 
+_END_RETRY: Final = 1.0  # seconds: an end due whose record cannot be read is tried again
+
 
 class Claimed(Enum):
     """What `Lifetimes.left_by_the_dead` says of a session another broker is taking on."""
@@ -300,6 +302,7 @@ class Lifetimes:
         self._left = EndsLeft(box.root)  # ends the disk refused a step of, finished by the sweep
         self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
+        self._unread_ends: set[str] = set()  # ends due waiting for their records, told
 
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
         """A session this process holds nothing of ended (a clean start, or one found on disk
@@ -722,10 +725,14 @@ class Lifetimes:
         client_id = away.counted.client_id
         if client_id in self._sessions:
             return
-        record = read_record(self._box.root, client_id)
-        if not away.still_away(record):
+        end = partial(self._end_if_still_away, away)
+        read, record = self._read_at_end(client_id, end)
+        if not read:
             return
-        if not self._will_first(client_id, partial(self._end_if_still_away, away)):
+        if not away.still_away(record):
+            self._unread_ends.discard(client_id)
+            return
+        if not self._will_first(client_id, end):
             return
         log.info("client %s: session expired (it was on disk at start)", client_id)
         self.forget_on_disk(client_id, record)
@@ -739,7 +746,10 @@ class Lifetimes:
             current = self._sessions.get(client_id)
             if current is not session or session.connected:
                 return
-            if self.moved_on(read_record(self._box.root, client_id)):
+            read, record = self._read_at_end(client_id, expire)
+            if not read:
+                return
+            if self.moved_on(record):
                 # Its client came back to another broker on this root, which holds the
                 # session now (and counts its expiry from the client's next close there),
                 # or one took it on from a broker that died and counts it.
@@ -759,15 +769,40 @@ class Lifetimes:
         try:
             self._wills.send_early(client_id)
         except OSError as error:
-            log.warning(
-                "client %s: its session's end waits a second for its Will, whose record "
-                "cannot be read: %s",
-                client_id,
-                store_failure(error),
-            )
-            self._end_at(client_id, self._clock.now() + 1.0, end)
+            self._end_waits(client_id, end, "its session's end waits for its Will", error)
             return False
+        self._unread_ends.discard(client_id)  # read at last, if it was not: told again
         return True
+
+    def _read_at_end(
+        self, client_id: str, end: Callable[[], None]
+    ) -> tuple[bool, SessionRecord | None]:
+        """The record of a session whose end is due (whether its client came back to another
+        broker): (True, it), or (False, None) if it cannot be read now (EIO of a failing
+        disk), the end waiting a second more. Raised, the failure left Broker.tick and
+        stopped the server."""
+        try:
+            record = read_record(self._box.root, client_id)
+        except OSError as error:
+            self._end_waits(client_id, end, "its session's end waits", error)
+            return False, None
+        return True, record
+
+    def _end_waits(
+        self, client_id: str, end: Callable[[], None], what: str, error: OSError
+    ) -> None:
+        """The session's end is tried again a second later, its record (or its Will's)
+        unreadable now: told once, not each second, until it reads."""
+        self._end_at(client_id, self._clock.now() + _END_RETRY, end)
+        if client_id in self._unread_ends:
+            return
+        self._unread_ends.add(client_id)
+        log.warning(
+            "client %s: its session record cannot be read, so %s (tried again every second): %s",
+            client_id,
+            what,
+            store_failure(error),
+        )
 
     def _end_at(self, client_id: str, when: float, end: Callable[[], None]) -> None:
         """The session of `client_id` ends at `when` (the broker's clock) by `end`, which
@@ -787,3 +822,4 @@ class Lifetimes:
 
     def cancel_expiry(self, client_id: str) -> None:
         self.expiries.discard(client_id)
+        self._unread_ends.discard(client_id)

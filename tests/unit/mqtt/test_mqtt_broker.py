@@ -4541,3 +4541,36 @@ def test_a_will_due_with_its_session_whose_record_cannot_be_read_puts_the_end_of
         assert _will_sent(watcher) == [b"gone"]
 
     run_broker(tmp_path, test, clock)
+
+
+@pytest.mark.parametrize("found_at_start", [False, True])
+def test_a_session_end_whose_record_cannot_be_read_waits_for_the_next_try(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, found_at_start: bool
+) -> None:
+    """A session's end on time reads its record (whether its client came back elsewhere)
+    with no guard: a read failing with anything but a missing file (ELOOP here, EIO of a
+    failing disk) left Broker.tick and stopped the server. The end waits a second more at a
+    time, told once, and is done once the record reads."""
+    clock = ManualClock(time.time())
+    root = tmp_path / "root"
+    now = clock.now()
+    if found_at_start:
+        away = SessionRecord("away", 10, disconnected_at=now, counted_by=dead_token())
+        write_record(str(root), away)
+
+    async def test(broker: Broker) -> None:
+        if not found_at_start:
+            connect_peer(broker, "away", expiry=10, clean=True).close()
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            with _record_looping(root, "away"):
+                for later in (10, 11, 12):
+                    broker.tick(now + later)
+            told = [m for m in caplog.messages if "client away: its session record cannot" in m]
+            assert len(told) == 1, told
+            assert "ELOOP" in told[0], told
+            assert read_record(str(root), "away") is not None
+            broker.tick(now + 13)
+        assert read_record(str(root), "away") is None
+        assert "away" not in broker._sessions
+
+    run_broker(tmp_path, test, clock)
