@@ -4574,3 +4574,38 @@ def test_a_session_end_whose_record_cannot_be_read_waits_for_the_next_try(
         assert "away" not in broker._sessions
 
     run_broker(tmp_path, test, clock)
+
+
+def test_a_refused_clean_start_leaves_another_servers_will_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clean start of a client whose session another server on the root counts sends that
+    session's delayed Will from its record (Resuming.take: the other server lets it be).
+    Refused as a disk failure, the Will's record failing to read (EIO), the CONNECT leaves
+    the Will to that server, which still counts it: timed here too, it went out twice."""
+    clock = ManualClock(time.time())
+    root = tmp_path / "root"
+    now = clock.now()
+    will = Will("will/dev", b"gone", properties=Properties.build(will_delay_interval=30))
+    elsewhere = process_token(os.getppid())  # a process of this host that runs
+    record = SessionRecord(
+        "dev", 600, disconnected_at=now, will=will, will_due=now + 30, counted_by=elsewhere
+    )
+    write_record(str(root), record)
+
+    def failing(root: str, client_id: str) -> SessionRecord | None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        monkeypatch.setattr(wills_module, "read_record", failing)
+        _, refused = _connack(broker, "dev", session_expiry_interval=600)
+        monkeypatch.undo()
+        assert refused.reason is ReasonCode.UNSPECIFIED_ERROR
+        clock.advance(31)
+        broker.tick(clock.now())
+        await asyncio.sleep(0.1)  # what a Will sent would have been by then
+        assert _will_sent(watcher) == []
+        assert read_record(str(root), "dev") == record
+
+    run_broker(tmp_path, test, clock)
