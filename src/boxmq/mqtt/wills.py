@@ -138,6 +138,16 @@ class SentWills:
         self._unrecorded.pop(client_id, None)
         self._unread.discard(client_id)
 
+    def sent_unread(
+        self, record: SessionRecord, holds_it: HoldsIt, error: OSError, *, now: float
+    ) -> None:
+        """The Will of `record` was sent, but the record could not be read (EIO) to see
+        whether it still holds it (its client may have come back): `retry` reads it again,
+        and writes it without the Will if it still holds it."""
+        self._unrecorded[record.client_id] = _Unrecorded(record, holds_it)
+        self._next_try = now + _RETRY_EVERY
+        self._not_read(record.client_id, error)
+
     def retry(self, *, now: float) -> None:
         """Write the records still holding a Will sent; on the broker's timer. One whose
         record cannot be read (EIO of a failing disk) waits for the next try, told once."""
@@ -334,7 +344,14 @@ class Wills:
             )
             return
         self._unrecorded_sent(record.client_id, record.will_due)
-        if holds_it(read_record(self._root, record.client_id)):
+        try:
+            current = read_record(self._root, record.client_id)
+        except OSError as error:
+            # Raised, it left the Will's end half done: the record kept the Will for a
+            # restart to send again, and the next CONNECT waited for that end for ever.
+            self._sent.sent_unread(record, holds_it, error, now=self._clock.now())
+            return
+        if holds_it(current):
             self._sent.sent(record, holds_it, now=self._clock.now())
 
     def schedule(

@@ -4609,3 +4609,47 @@ def test_a_refused_clean_start_leaves_another_servers_will_to_it(
         assert read_record(str(root), "dev") == record
 
     run_broker(tmp_path, test, clock)
+
+
+def test_a_will_sent_whose_record_cannot_be_read_after_is_dropped_from_it_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Will sent from its session's record is dropped from it once written: the record is
+    read first (Wills._sent_from: its client may have come back since) with no guard, so a
+    read failing there (EIO of a failing disk) raised out of the Will's end, which left the
+    record holding it (a restart sent it again) and the client's next CONNECT waiting for
+    that end for ever, unanswered. The record is read again at the next try, told once."""
+    clock = ManualClock(time.time())
+    root = str(tmp_path / "root")
+
+    def failing(root: str, client_id: str) -> SessionRecord | None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        device = Peer(broker)
+        props = Properties.build(session_expiry_interval=600)
+        device.send(
+            Connect("dev", V5, clean_start=True, will=Will("will/dev", b"gone"), properties=props)
+        )
+        device.take()
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            monkeypatch.setattr(wills_module, "read_record", failing)
+            device.close()
+            await _until(lambda: bool(watcher.inbox))
+            await asyncio.sleep(0.1)  # the Will's end, after its write
+            monkeypatch.undo()
+            told = [m for m in caplog.messages if "client dev: its session record cannot" in m]
+            assert len(told) == 1, told
+        assert _will_sent(watcher) == [b"gone"]
+        clock.advance(1)
+        broker.tick(clock.now())
+        assert (read_record(root, "dev") or SessionRecord("", 0, will=Will("x", b""))).will is None
+        back = Peer(broker)
+        back.send(Connect("dev", V5, clean_start=False, properties=props))
+        await _until(lambda: bool(back.inbox))
+        connack = back.inbox[0]
+        assert isinstance(connack, Connack), connack
+        assert connack.session_present
+
+    run_broker(tmp_path, test, clock)
