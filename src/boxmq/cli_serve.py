@@ -26,6 +26,7 @@ import boxmq
 from boxmq import cli_errors
 from boxmq.cli_args import Default
 from boxmq.config import ServeConfig, load_config
+from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # imported when they are used: the XMPP door's only with a co
 
 __all__ = [
     "describe_security",
+    "describe_trusted_sources",
     "listener_setting",
     "mqtt_settings",
     "security_warnings",
@@ -190,6 +192,25 @@ def describe_security(config: ServeConfig, mqtt: MqttSettings | None) -> list[st
     return [source, who, what]
 
 
+def describe_trusted_sources(limits: ExactlyOnceLimits, *, doors: bool) -> str | None:
+    """Who may send exactly once, for the start-up log, when `trusted_sources` lists them: a
+    client not listed had its QoS 2 PUBLISHes refused with nothing at start to say a list was
+    in force (`[]` refusing every one). None when anyone may (no list, the default), or when
+    no door is served (`doors` False: `--no-mqtt` and no XMPP), where no sender can meet it."""
+    trusted = limits.trusted_sources
+    if trusted is None or not doors:
+        return None
+    if not trusted:
+        return (
+            "exactly once: trusted_sources is [], no one may send: every QoS 2 or assured "
+            "message is refused"
+        )
+    return (
+        f"exactly once: trusted_sources lists {len(trusted)} sender(s); any other sender's "
+        "QoS 2 or assured messages are refused"
+    )
+
+
 def security_warnings(mqtt: MqttSettings | None) -> list[str]:
     """What in the security settings is weaker than it looks, for the start-up log; `mqtt`
     as `describe_security` takes it: none without an MQTT door (None), which alone reads
@@ -302,15 +323,18 @@ def serve(args: argparse.Namespace) -> int:
     # Before the root is opened: its spare files keep a share of the limit open (spares.py).
     log.log(*open_files_limit())
     mqtt = mqtt_settings(args, config.mqtt)
+    xmpp: XmppSettings | None = args.xmpp_settings  # made and checked with the arguments
     for line in describe_security(config, mqtt):
         log.info("%s", line)
+    doors = mqtt is not None or xmpp is not None
+    if trusted := describe_trusted_sources(config.exactly_once, doors=doors):
+        log.info("%s", trusted)
     for line in security_warnings(mqtt):
         log.warning("%s", line)
     for line in config.unused_settings():
         log.warning("%s", line)
     if replaced := replaced_listeners(args, config):
         log.log(*replaced)
-    xmpp: XmppSettings | None = args.xmpp_settings  # made and checked with the arguments
     # Bound, and listening, before the root is opened: an address in use (another serve's
     # too), or a host that does not resolve, had the root made (a mistyped --data) and
     # recovered before the bind that stopped serve.

@@ -166,6 +166,36 @@ def test_serve_without_mqtt_says_nothing_of_mqtt_clients(tmp_path: Path) -> None
     assert "any client may take any user's rights" in log
 
 
+def test_the_start_up_log_says_who_trusted_sources_lets_send_exactly_once(
+    tmp_path: Path,
+) -> None:
+    """`[exactly_once] trusted_sources` in the file refused every other sender's QoS 2
+    PUBLISHes, and the start-up log, which says who may connect and what they may do, did
+    not say that a list was in force, nor that `[]` let no one send."""
+    config = tmp_path / "boxmq.toml"
+    said = "INFO boxmq.serve: exactly once: "
+    served = ("serve", "--config", str(config), "--mqtt", "127.0.0.1:0")
+    config.write_text('data = "data"\n[exactly_once]\ntrusted_sources = ["mqtt:a", "b@c.d"]\n')
+    log = _serve_until_ready(*served, cwd=tmp_path)
+    assert log.count(said) == 1, log
+    assert (
+        f"{said}trusted_sources lists 2 sender(s); any other sender's QoS 2 or assured "
+        "messages are refused\n"
+    ) in log
+    config.write_text('data = "data"\n[exactly_once]\ntrusted_sources = []\n')
+    log = _serve_until_ready(*served, cwd=tmp_path)
+    assert log.count(said) == 1, log
+    assert (
+        f"{said}trusted_sources is [], no one may send: every QoS 2 or assured message is refused\n"
+    ) in log
+    # No door (no MQTT, no XMPP): no sender for the list to refuse
+    log = _serve_until_ready("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert said not in log
+    config.write_text('data = "data"\n')  # anyone: said by no line, as before
+    log = _serve_until_ready(*served, cwd=tmp_path)
+    assert said not in log
+
+
 def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     tmp_path: Path,
 ) -> None:
