@@ -916,6 +916,52 @@ def test_a_qos_2_message_of_an_untrusted_client_is_refused_naming_its_client_id(
     run_broker(tmp_path, test, exactly_once=ExactlyOnceLimits(trusted_sources=frozenset({"x"})))
 
 
+def test_an_untrusted_311_client_resending_on_each_reconnect_is_summarised_not_a_line_a_try(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 3.1.1 client trusted_sources does not list is closed at each QoS 2 PUBLISH (3.1.1
+    has no refusal) and sends it again at each reconnect (§4.4), paho once a second: its
+    connections are told 3 times then counted every 10 s, its refusals once a minute with
+    a count, never a line a try (checked driving boxmq serve with paho for 75 s: 10 lines a
+    minute, 2 warnings)."""
+    clock = ManualClock(0)
+
+    async def resend(broker: Broker, again: bool) -> None:
+        peer = Peer(broker)
+        peer.version = ProtocolVersion.V311
+        peer.send(Connect("stranger", ProtocolVersion.V311, clean_start=False))
+        peer.send(Publish("eo/a", b"x", 2, packet_id=1, dup=again))
+        await _until(lambda: peer.closed)  # the intake's answer: the close
+
+    async def test(broker: Broker) -> None:
+        for second in range(61):  # serve ticks each second
+            if second < 10 or second == 60:  # ten tries, then one a minute after the first
+                await resend(broker, again=second > 0)
+            clock.advance(1)
+            broker.tick(clock.now())
+
+    trusted = ExactlyOnceLimits(trusted_sources=frozenset({"mqtt:billing"}))
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        run_broker(tmp_path, test, clock, exactly_once=trusted)
+    told = [r.getMessage() for r in caplog.records if r.getMessage().startswith("client ")]
+    refused = "client stranger: a QoS 2 message refused"
+    assert [m.split(" from ")[0].split(" (")[0] for m in told] == [
+        "client stranger connected",
+        refused,
+        "client stranger disconnected",
+        "client stranger connected",
+        "client stranger disconnected",
+        "client stranger connected",
+        "client stranger disconnected",
+        "client stranger connected 7 more time(s) in the last 10s, their lines at debug level",
+        "client stranger connected",  # the loop over: told again
+        refused,
+        "client stranger disconnected",
+    ], told
+    assert "(connection closed, MQTT 3.1.1 has no refusal)" in told[1], told[1]
+    assert told[-2].endswith(" (9 more since the last line)"), told[-2]
+
+
 def test_a_qos_2_message_held_in_memory_of_an_untrusted_client_is_refused(
     tmp_path: Path,
 ) -> None:
