@@ -106,6 +106,13 @@ BAD_CONNECTS = [
     ("User Name Flag without one", _connect(flags=0x02 | 0x80)),  # 3.1.1 MQTT-3.1.2-19
     ("Password without User Name", _connect(flags=0x02 | 0x40, rest=string("p"))),  # -22
     ("Will Topic not UTF-8", _connect(flags=0x06, rest=b"\x00\x01\xff" + string("x"))),
+    ("Will Flag without a Will", _connect(flags=0x06)),  # 3.1.1 MQTT-3.1.2-9
+    ("Will Topic without a Will Message", _connect(flags=0x06, rest=string("w"))),  # -9
+    ("a Will without the Will Flag", _connect(rest=_will("x"))),  # 3.1.1 MQTT-3.1.2-11
+    ("a User Name without its flag", _connect(rest=string("u"))),  # 3.1.1 MQTT-3.1.2-18
+    ("a Password without its flag", _connect(flags=0x82, rest=string("u") + string("p"))),  # -20
+    ("Password Flag without one", _connect(flags=0xC2, rest=string("u"))),  # MQTT-3.1.2-21
+    ("no Client Identifier", packet(0x10, string("MQTT") + bytes([4, 0x02, 0, 30]))),  # 3.1.3-3
 ]
 
 
@@ -113,7 +120,10 @@ BAD_CONNECTS = [
 def test_a_malformed_connect_is_closed_without_a_connack(server: RunningServer, bad: bytes) -> None:
     """3.1.1 MQTT-3.1.4-1: the server checks the CONNECT and closes a connection whose
     CONNECT breaks the spec; 3.1.1 MQTT-3.2.2-6: with no CONNACK, none of its return codes
-    fitting (the Will Topic is a UTF-8 string, 3.1.1 MQTT-3.1.3-10, MQTT-1.5.3-1)."""
+    fitting (the Will Topic is a UTF-8 string, 3.1.1 MQTT-3.1.3-10, MQTT-1.5.3-1). A field
+    its flag leaves out (3.1.1 MQTT-3.1.2-11, MQTT-3.1.2-18, MQTT-3.1.2-20) or one it calls
+    for missing (3.1.1 MQTT-3.1.2-9, MQTT-3.1.2-21, and the Client Identifier, always there,
+    3.1.1 MQTT-3.1.3-3) is a CONNECT that breaks the spec too."""
     assert _answers_to(server, bad, first=True) == []
 
 
@@ -196,7 +206,8 @@ def test_session_present_says_whether_a_session_was_resumed(server: RunningServe
     """3.1.1 MQTT-3.2.2-3: CleanSession 0 without a stored session gets Session Present 0;
     3.1.1 MQTT-3.2.2-2: with one (kept after its connection closed, 3.1.1 MQTT-3.1.2-4), 1;
     3.1.1 MQTT-3.2.2-1: CleanSession 1 gets 0, and discards the session (3.1.1
-    MQTT-3.1.2-6), so CleanSession 0 after it gets 0 again."""
+    MQTT-3.1.2-6, MQTT-3.1.4-3), so CleanSession 0 after it gets 0 again. The client id
+    names the session each time (3.1.1 MQTT-3.1.3-2)."""
     answers = []
     for flags in (0x00, 0x00, 0x02, 0x00):
         sock, body = _connack(server, _connect("kept", flags=flags))
@@ -207,7 +218,8 @@ def test_session_present_says_whether_a_session_was_resumed(server: RunningServe
 
 def test_the_same_client_id_again_closes_the_older_connection(server: RunningServer) -> None:
     """3.1.1 MQTT-3.1.4-2: the server disconnects the client already connected with that
-    client id (3.1.1 has no DISCONNECT from the server: a close), and the new one is served."""
+    client id (3.1.1 has no DISCONNECT from the server: a close), and the new one is served:
+    its PINGREQ gets a PINGRESP (3.1.1 MQTT-3.12.4-1)."""
     with _connected(server, "twin") as old, _connected(server, "twin") as new:
         assert until_closed(old) == []
         new.sendall(PINGREQ)
@@ -266,7 +278,7 @@ def test_retain_replaces_empty_deletes_and_retain_0_leaves_it(server: RunningSer
             assert nothing(late)
 
 
-# A Topic Name is a UTF-8 string without U+0000 (3.1.1 MQTT-1.5.3-2) of at least one
+# A Topic Name is a UTF-8 string without U+0000 (3.1.1 MQTT-1.5.3-2, MQTT-4.7.3-2) of at least one
 # character (3.1.1 MQTT-4.7.3-1); anything else closes the connection.
 BAD_TOPICS = [
     ("U+0000", packet(0x30, b"\x00\x03a\x00b" + b"x")),
@@ -300,7 +312,10 @@ def test_a_persistent_session_gets_again_what_it_did_not_acknowledge(
     each PUBLISH not acknowledged, under its packet id, with DUP 1 (3.1.1 MQTT-3.3.1-1);
     sent first, DUP is 0, whatever DUP the publisher set (3.1.1 MQTT-3.3.1-3); and one kept
     for the session while it was away matched an established subscription, so it comes with
-    RETAIN 0 though it was published retained (3.1.1 MQTT-3.3.1-9)."""
+    RETAIN 0 though it was published retained (3.1.1 MQTT-3.3.1-9). The server kept them
+    for the session while it was away (3.1.1 MQTT-3.1.2-5, MQTT-4.5.0-1), sends its CONNACK
+    before them (3.1.1 MQTT-3.2.0-1), and holds each unacknowledged until its PUBACK (3.1.1
+    MQTT-4.3.2-1)."""
     with _connected(server, "away", clean=False) as away:
         away.sendall(_subscribe(1, ("jobs/#", 1)))
         assert read(away) == (0x90, b"\x00\x01\x01")
@@ -358,8 +373,9 @@ def test_suback_and_unsuback_answer_each_filter_in_order(server: RunningServer) 
     their order, the QoS granted (3.1.1 MQTT-3.8.4-6) or 0x80 Failure for a filter whose
     wildcards do not take whole levels or whose '#' is not last (3.1.1 MQTT-4.7.1-2,
     MQTT-4.7.1-3), and no other code (3.1.1 MQTT-3.9.3-2); 3.1.1 MQTT-3.10.4-4,
-    MQTT-3.10.4-5: an UNSUBACK with the UNSUBSCRIBE's packet id, even for filters never
-    subscribed."""
+    MQTT-3.10.4-5: an UNSUBACK with the UNSUBSCRIBE's packet id (3.1.1 MQTT-2.3.1-7, for
+    the SUBACK too), even for filters never subscribed, one for all three (3.1.1
+    MQTT-3.10.4-6). Wildcards are served (3.1.1 MQTT-3.8.3-2): "c/+" and "#" granted."""
     with _connected(server, "s") as sock:
         filters = [("a", 2), ("a/#/b", 1), ("b+", 0), ("c/+", 1), ("#", 0)]
         sock.sendall(_subscribe(0x0203, *filters))
@@ -488,7 +504,7 @@ BAD_STRINGS_AFTER_CONNECT = [
     ("SUBSCRIBE filter with U+0000", packet(0x82, b"\x00\x01\x00\x03a\x00b\x00")),
     ("empty SUBSCRIBE filter", _subscribe(1, ("", 0))),  # 3.1.1 MQTT-4.7.3-1
     ("empty UNSUBSCRIBE filter", _unsubscribe(1, "")),  # 3.1.1 MQTT-4.7.3-1
-    ("a surrogate in a Topic Name", packet(0x30, b"\x00\x03\xed\xa0\x80x")),  # MQTT-1.5.3-1
+    ("a surrogate in a Topic Name", packet(0x30, b"\x00\x03\xed\xa0\x80x")),  # MQTT-3.3.2-1
     ("SUBSCRIBE packet id 0", _subscribe(0, ("a", 0))),  # 3.1.1 MQTT-2.3.1-1
     ("UNSUBSCRIBE packet id 0", _unsubscribe(0, "a")),  # 3.1.1 MQTT-2.3.1-1
 ]
@@ -513,7 +529,9 @@ def test_qos_2_both_ways_survives_a_reconnect_once_and_only_once(server: Running
     same packet id sent again before the PUBREL, here with DUP on a resumed session, gets
     PUBREC again and is not delivered a second time; the PUBREL gets PUBCOMP. Sending one,
     the server answers the PUBREC with PUBREL (3.1.1 MQTT-4.3.3-1), and a resumed session
-    gets that PUBREL again, not the PUBLISH (3.1.1 MQTT-4.4.0-1)."""
+    gets that PUBREL again, not the PUBLISH (3.1.1 MQTT-4.4.0-1). The QoS 2 message was
+    kept for the session while it was away (3.1.1 MQTT-3.1.2-5), and each PUBREC, PUBREL and
+    PUBCOMP has its PUBLISH's packet id (3.1.1 MQTT-2.3.1-6)."""
     with _connected(server, "device", clean=False) as device:
         device.sendall(_subscribe(1, ("q/#", 2)))
         assert read(device) == (0x90, b"\x00\x01\x02")
@@ -597,7 +615,8 @@ def test_acknowledgements_and_deliveries_keep_the_order_messages_came_in(
     server: RunningServer,
 ) -> None:
     """3.1.1 MQTT-4.6.0-2, MQTT-4.6.0-3: PUBACKs and PUBRECs go in the order their PUBLISHes
-    came, here ten QoS 1 and ten QoS 2 ones interleaved in one write; 3.1.1 MQTT-4.6.0-5,
+    came, here ten QoS 1 and ten QoS 2 ones interleaved in one write, each answered as its
+    QoS says (3.1.1 MQTT-3.3.4-1); 3.1.1 MQTT-4.6.0-5,
     MQTT-4.6.0-6: each topic is ordered, and its subscribers get its messages of one QoS
     in the order they came from the publisher."""
     with _subscribed(server, "s", "o/#") as sub, _connected(server, "p") as pub:
@@ -627,3 +646,139 @@ def test_acknowledgements_and_deliveries_keep_the_order_messages_came_in(
             "o/1": [str(n).encode() for n in range(2, 21, 2)],
             "o/2": [str(n).encode() for n in range(1, 21, 2)],
         }
+
+
+@pytest.mark.parametrize("level", [3, 5 + 1, 255])
+def test_a_protocol_level_not_served_gets_return_code_1_then_the_close(
+    server: RunningServer, level: int
+) -> None:
+    """3.1.1 MQTT-3.1.2-2: CONNACK 0x01 (unacceptable protocol level), then the close."""
+    connect = packet(0x10, string("MQTT") + bytes([level, 0x02, 0, 30]) + string("c"))
+    assert _answers_to(server, connect, first=True) == [(0x20, b"\x00\x01")]
+
+
+NOT_A_CONNECT_FIRST = [
+    ("PINGREQ", PINGREQ),
+    ("PUBLISH", _publish("first", b"x")),
+    ("SUBSCRIBE", _subscribe(1, ("first", 0))),
+    ("DISCONNECT", bytes([0xE0, 0])),
+]
+
+
+@pytest.mark.parametrize(
+    "first", [c[1] for c in NOT_A_CONNECT_FIRST], ids=[c[0] for c in NOT_A_CONNECT_FIRST]
+)
+def test_a_first_packet_other_than_connect_is_closed(server: RunningServer, first: bytes) -> None:
+    """3.1.1 MQTT-3.1.0-1: a client's first packet is its CONNECT; any other breaks the
+    protocol and is closed without an answer (3.1.1 MQTT-4.8.0-1)."""
+    assert _answers_to(server, first, first=True) == []
+
+
+def test_a_client_id_the_server_cannot_keep_is_rejected_with_0x02(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.3-9: a client id the server rejects (here one too long to name its
+    session's record) gets CONNACK 0x02 (Identifier rejected), then the close."""
+    assert _answers_to(server, _connect("x" * 4000), first=True) == [(0x20, b"\x00\x02")]
+
+
+# A PUBLISH that breaks its own rules closes the connection (3.1.1 MQTT-4.8.0-1).
+BAD_PUBLISHES = [
+    ("QoS 3", packet(0x36, string("a") + b"\x00\x01" + b"x")),  # 3.1.1 MQTT-3.3.1-4
+    ("DUP 1 at QoS 0", packet(0x38, string("a") + b"x")),  # 3.1.1 MQTT-3.3.1-2
+    ("QoS 1 with packet id 0", _publish("a", b"x", qos=1, packet_id=0)),  # MQTT-2.3.1-1
+    ("'+' in a Topic Name", _publish("a/+", b"x")),  # 3.1.1 MQTT-3.3.2-2, MQTT-4.7.1-1
+    ("'#' in a Topic Name", _publish("a/#", b"x")),  # 3.1.1 MQTT-3.3.2-2, MQTT-4.7.1-1
+    ("a Topic Name of '#'", _publish("#", b"x")),  # 3.1.1 MQTT-3.3.2-2, MQTT-4.7.1-1
+    ("'+' inside a level", _publish("a+b", b"x", qos=1, packet_id=1)),  # MQTT-4.7.1-1
+    ("a SUBSCRIBE with flags 0x80", packet(0x80, b"\x00\x01" + string("a") + b"\x00")),
+    ("a SUBSCRIBE with flags 0x83", packet(0x83, b"\x00\x01" + string("a") + b"\x00")),
+]
+
+
+@pytest.mark.parametrize("bad", [c[1] for c in BAD_PUBLISHES], ids=[c[0] for c in BAD_PUBLISHES])
+def test_a_publish_or_subscribe_breaking_its_header_rules_is_closed(
+    server: RunningServer, bad: bytes
+) -> None:
+    """3.1.1 MQTT-3.3.1-4, MQTT-3.3.1-2, MQTT-2.3.1-1, MQTT-3.3.2-2, MQTT-4.7.1-1,
+    MQTT-3.8.1-1 (a SUBSCRIBE's flags are 0010): closed, nothing sent, and a subscriber to
+    every topic gets nothing."""
+    with _subscribed(server, "watcher", "#") as watcher:
+        assert _answers_to(server, bad) == []
+        assert nothing(watcher)
+
+
+def test_a_retained_qos_0_message_replaces_the_retained_one(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.3.1-7: a QoS 0 PUBLISH with RETAIN 1 discards the message retained for
+    its topic, and is kept in its place; 3.1.1 MQTT-3.3.1-6: a new subscription gets it."""
+    with _connected(server, "p") as pub:
+        _published(pub, "r/q", b"at qos 1", retain=True)
+        pub.sendall(_publish("r/q", b"at qos 0", retain=True))
+        pub.sendall(PINGREQ)  # its answer comes after the PUBLISH was taken
+        assert read(pub) == (0xD0, b"")
+    with _subscribed(server, "late", "r/q") as late:
+        assert _received(late) == (0x31, "r/q", b"at qos 0")
+        assert nothing(late)
+
+
+def test_a_qos_1_packet_id_again_after_its_puback_is_a_new_message(server: RunningServer) -> None:
+    """3.1.1 MQTT-4.3.2-2: once it sent the PUBACK, the server takes a PUBLISH with the same
+    packet id, DUP 1 or not, as a new message, delivered again; to a QoS 0 subscriber each
+    goes with DUP 0 (3.1.1 MQTT-3.3.1-2, MQTT-4.3.1-1) and no packet id (3.1.1
+    MQTT-2.3.1-5)."""
+    with _subscribed(server, "s", "n/#") as sub, _connected(server, "p") as pub:
+        for first in (0x32, 0x3A, 0x3A):
+            pub.sendall(packet(first, string("n/1") + b"\x00\x05" + b"again"))
+            assert read(pub) == (0x40, b"\x00\x05")
+        assert [read(sub) for _ in range(3)] == [(0x30, string("n/1") + b"again")] * 3
+        assert nothing(sub)
+
+
+def test_topics_are_matched_as_sent_never_normalised(server: RunningServer) -> None:
+    """3.1.1 MQTT-4.7.3-4: no normalisation when matching: "café" composed does not match
+    "café" decomposed, nor "A" "a"; 3.1.1 MQTT-1.5.3-3: a U+FEFF at the start of a Topic
+    Name is kept, neither skipped nor stripped, so it matches only a filter that has it."""
+    composed, decomposed, bom = "caf\u00e9", "cafe\u0301", "\ufeffb"
+    with _connected(server, "s") as sub, _connected(server, "p") as pub:
+        sub.sendall(_subscribe(1, (composed, 0), ("A", 0), ("b", 0), (bom, 0)))
+        assert read(sub) == (0x90, b"\x00\x01\x00\x00\x00\x00")
+        for topic in (decomposed, "a", bom, composed):
+            _published(pub, topic, b"x")
+        assert _received(sub) == (0x30, bom, b"x")
+        assert _received(sub) == (0x30, composed, b"x")
+        assert nothing(sub)
+
+
+def test_messages_sent_again_keep_their_order_and_pubrels_follow_the_pubrecs(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-4.6.0-1: a resumed session gets the QoS 1 PUBLISHes it did not acknowledge
+    again in the order they were first sent; 3.1.1 MQTT-4.6.0-4: the server sends its
+    PUBRELs in the order the PUBRECs came, here the reverse of the PUBLISHes'."""
+    with _connected(server, "s", clean=False) as sub:
+        sub.sendall(_subscribe(1, ("one/#", 1), ("two/#", 2)))
+        assert read(sub) == (0x90, b"\x00\x01\x01\x02")
+    with _connected(server, "p") as pub:
+        for n in range(5):
+            _published(pub, "one/t", str(n).encode())
+    with _connected(server, "s", clean=False) as sub:
+        first = [_publish_fields(sub) for _ in range(5)]
+        assert [payload for *_, payload in first] == [str(n).encode() for n in range(5)]
+    with _connected(server, "s", clean=False) as sub:
+        again = [_publish_fields(sub) for _ in range(5)]
+        assert again == [(0x3A, topic, ident, payload) for _, topic, ident, payload in first]
+        sub.sendall(b"".join(packet(0x40, ident.to_bytes(2, "big")) for _, _, ident, _ in again))
+        with _connected(server, "p") as pub:
+            for n in range(3):
+                pub.sendall(_publish("two/t", str(n).encode(), qos=2, packet_id=n + 1))
+                assert read(pub) == (0x50, bytes([0, n + 1]))
+                pub.sendall(packet(0x62, bytes([0, n + 1])))
+                assert read(pub) == (0x70, bytes([0, n + 1]))
+        ids = []
+        for n in range(3):
+            kind, body = read(sub)
+            assert (kind, body[:7], body[9:]) == (0x34, string("two/t"), str(n).encode())
+            ids.append(body[7:9])
+        assert len(set(ids)) == 3, ids
+        sub.sendall(b"".join(packet(0x50, ident) for ident in reversed(ids)))
+        assert [read(sub) for _ in range(3)] == [(0x62, ident) for ident in reversed(ids)]
+        sub.sendall(b"".join(packet(0x70, ident) for ident in reversed(ids)))
+        assert nothing(sub)
