@@ -106,6 +106,8 @@ BAD_CONNECTS = [
     ("User Name Flag without one", _connect(flags=0x02 | 0x80)),  # 3.1.1 MQTT-3.1.2-19
     ("Password without User Name", _connect(flags=0x02 | 0x40, rest=string("p"))),  # -22
     ("Will Topic not UTF-8", _connect(flags=0x06, rest=b"\x00\x01\xff" + string("x"))),
+    ("a wildcard in the Will Topic", _connect(flags=0x06, rest=string("a/+") + string("x"))),
+    ("an empty Will Topic", _connect(flags=0x06, rest=string("") + string("x"))),  # 4.7.3-1
     ("Will Flag without a Will", _connect(flags=0x06)),  # 3.1.1 MQTT-3.1.2-9
     ("Will Topic without a Will Message", _connect(flags=0x06, rest=string("w"))),  # -9
     ("a Will without the Will Flag", _connect(rest=_will("x"))),  # 3.1.1 MQTT-3.1.2-11
@@ -123,7 +125,8 @@ def test_a_malformed_connect_is_closed_without_a_connack(server: RunningServer, 
     fitting (the Will Topic is a UTF-8 string, 3.1.1 MQTT-3.1.3-10, MQTT-1.5.3-1). A field
     its flag leaves out (3.1.1 MQTT-3.1.2-11, MQTT-3.1.2-18, MQTT-3.1.2-20) or one it calls
     for missing (3.1.1 MQTT-3.1.2-9, MQTT-3.1.2-21, and the Client Identifier, always there,
-    3.1.1 MQTT-3.1.3-3) is a CONNECT that breaks the spec too."""
+    3.1.1 MQTT-3.1.3-3) is a CONNECT that breaks the spec too, as is a Will Topic with a
+    wildcard or empty, no Topic Name (3.1.1 MQTT-4.7.1-1, MQTT-4.7.3-1)."""
     assert _answers_to(server, bad, first=True) == []
 
 
@@ -782,3 +785,104 @@ def test_messages_sent_again_keep_their_order_and_pubrels_follow_the_pubrecs(
         assert [read(sub) for _ in range(3)] == [(0x62, ident) for ident in reversed(ids)]
         sub.sendall(b"".join(packet(0x70, ident) for ident in reversed(ids)))
         assert nothing(sub)
+
+
+# Client ids that a file name could fold into one (a '/', its percent-encoding, a case, a
+# dot name, a composed and a decomposed 'é', two long ids alike up to their last byte).
+CLIENT_IDS_APART = ["a/b", "a%2Fb", "a%2fb", "A/b", ".", "..", "é", "e\u0301", "x" * 99 + "y"]
+
+
+def test_client_ids_a_file_name_could_fold_name_sessions_apart(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.3-2: the client id identifies the session the server keeps, so each of
+    these gets its own: none finds a session (Session Present 0) but its own, the second
+    time (1), and a message for one's subscription goes to it alone."""
+    ids = [*CLIENT_IDS_APART, "x" * 100]
+    for expected in (b"\x00\x00", b"\x01\x00"):
+        for client_id in ids:
+            sock, body = _connack(server, _connect(client_id, flags=0x00))
+            sock.close()
+            assert body == expected, client_id
+    with _connected(server, "a/b", clean=False) as sub:
+        sub.sendall(_subscribe(1, ("apart", 1)))
+        assert read(sub) == (0x90, b"\x00\x01\x01")
+    with _connected(server, "p") as pub:
+        _published(pub, "apart", b"for a/b")
+    for client_id in CLIENT_IDS_APART[1:]:
+        with _connected(server, client_id, clean=False) as other:
+            assert nothing(other), client_id
+    with _connected(server, "a/b", clean=False) as sub:
+        assert _publish_fields(sub)[3] == b"for a/b"
+
+
+def test_a_clean_session_takes_nothing_of_the_one_before(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.2-6: with CleanSession 1 the previous session is discarded and nothing
+    of its state is reused: neither the message it held nor its subscription reaches the
+    new connection, nor a persistent session opened after it (Session Present 0)."""
+    with _connected(server, "k", clean=False) as sub:
+        sub.sendall(_subscribe(1, ("d/#", 1)))
+        assert read(sub) == (0x90, b"\x00\x01\x01")
+    with _connected(server, "p") as pub:
+        _published(pub, "d/1", b"held")
+    with _connected(server, "k") as sub, _connected(server, "p") as pub:
+        assert nothing(sub)
+        _published(pub, "d/1", b"not subscribed")
+        assert nothing(sub)
+    sock, body = _connack(server, _connect("k", flags=0x00))
+    with sock, _connected(server, "p") as pub:
+        assert body == b"\x00\x00"
+        _published(pub, "d/1", b"not subscribed either")
+        assert nothing(sock)
+
+
+def test_a_will_once_published_is_gone_from_the_session(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.2-10: the Will, published when its connection was taken over by the
+    same client id (the server closes the older one, 3.1.1 MQTT-3.1.4-2, so MQTT-3.1.2-8
+    applies), is removed from the session: the session resumed without a Will and broken
+    off again publishes nothing."""
+    with _subscribed(server, "watcher", "w") as watcher:
+        old, body = _connack(server, _connect("wk", flags=0x04, rest=_will("once")))
+        with old, _connected(server, "wk", clean=False):
+            assert until_closed(old) == []
+            assert _received(watcher) == (0x30, "w", b"once")
+        sock, body = _connack(server, _connect("wk", flags=0x00))
+        sock.close()
+        assert body == b"\x01\x00"
+        assert nothing(watcher, within=1.0)
+
+
+def test_a_retained_message_keeps_its_qos(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.3.1-5: the server stores a retained message and its QoS: a new
+    subscription gets each at the lower of that QoS and the one granted (3.1.1
+    MQTT-3.8.4-6), here QoS 0, 1 and 2 messages to subscriptions granted 0, 1 and 2."""
+    with _connected(server, "p") as pub:
+        pub.sendall(_publish("r/0", b"x", retain=True))
+        _published(pub, "r/1", b"x", retain=True)
+        pub.sendall(_publish("r/2", b"x", qos=2, packet_id=2, retain=True))
+        assert read(pub) == (0x50, b"\x00\x02")
+        pub.sendall(packet(0x62, b"\x00\x02"))
+        assert read(pub) == (0x70, b"\x00\x02")
+    for granted in (0, 1, 2):
+        with _connected(server, f"s{granted}") as sub:
+            sub.sendall(_subscribe(1, ("r/+", granted)))
+            assert read(sub) == (0x90, bytes([0, 1, granted]))
+            got = sorted(read(sub)[0] for _ in range(3))
+            assert got == [0x31 | min(qos, granted) << 1 for qos in (0, 1, 2)], got
+
+
+def test_a_qos_2_packet_id_again_after_its_pubcomp_is_a_new_message(
+    server: RunningServer,
+) -> None:
+    """3.1.1 MQTT-4.3.3-2: once it sent the PUBCOMP, the server takes a PUBLISH with the
+    same packet id as a new message, DUP 1 or not, and on a persistent session resumed in
+    between too: each of the three is delivered."""
+    with _subscribed(server, "w", "q2/#") as watcher:
+        for n, first in enumerate((0x34, 0x3C, 0x34)):
+            with _connected(server, "snd", clean=False) as sender:
+                sender.sendall(packet(first, string("q2/1") + b"\x00\x04" + bytes([n])))
+                assert read(sender) == (0x50, b"\x00\x04")
+                sender.sendall(packet(0x62, b"\x00\x04"))
+                assert read(sender) == (0x70, b"\x00\x04")
+        assert [_received(watcher) for _ in range(3)] == [
+            (0x30, "q2/1", bytes([n])) for n in range(3)
+        ]
+        assert nothing(watcher)
