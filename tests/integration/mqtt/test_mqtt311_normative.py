@@ -318,7 +318,7 @@ def test_a_persistent_session_gets_again_what_it_did_not_acknowledge(
     RETAIN 0 though it was published retained (3.1.1 MQTT-3.3.1-9). The server kept them
     for the session while it was away (3.1.1 MQTT-3.1.2-5, MQTT-4.5.0-1), sends its CONNACK
     before them (3.1.1 MQTT-3.2.0-1), and holds each unacknowledged until its PUBACK (3.1.1
-    MQTT-4.3.2-1)."""
+    MQTT-4.3.2-1): session state kept for as long as the session lasts (3.1.1 MQTT-4.1.0-1)."""
     with _connected(server, "away", clean=False) as away:
         away.sendall(_subscribe(1, ("jobs/#", 1)))
         assert read(away) == (0x90, b"\x00\x01\x01")
@@ -886,3 +886,41 @@ def test_a_qos_2_packet_id_again_after_its_pubcomp_is_a_new_message(
             (0x30, "q2/1", bytes([n])) for n in range(3)
         ]
         assert nothing(watcher)
+
+
+def test_payload_fields_are_read_in_their_order(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.1.3-1: Client Identifier, Will Topic, Will Message, User Name, Password,
+    in that order: a CONNECT with all five is accepted (a server without users takes any),
+    and its Will goes out under the topic and with the message it gave."""
+    with _subscribed(server, "watcher", "w") as watcher:
+        rest = _will("m") + string("u") + string("p")
+        sock, body = _connack(server, _connect("all5", flags=0xC6, rest=rest))
+        sock.close()
+        assert body == b"\x00\x00"
+        assert _received(watcher) == (0x30, "w", b"m")
+
+
+# Topic Names a store of files could spell otherwise: spaces, percent signs, dots, empty
+# levels, a leading and a trailing '/', non-ASCII, a U+FEFF, a control character.
+TOPICS_KEPT = ["a b/%41/..", "/lead", "trail/", "a//b", "ü/ß", "\ufeffx", "A/a", ".", "..", "%25"]
+
+
+def test_a_message_held_for_a_session_keeps_its_topic_name(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.3.2-3: the Topic Name of each PUBLISH the server sends matches the
+    subscription's filter: messages kept on disk for a persistent session while it was away
+    come with the Topic Name they were published to, byte for byte (3.1.1 MQTT-4.7.3-4)."""
+    topics = [*TOPICS_KEPT, "\u0001c"]
+    with _connected(server, "s", clean=False) as sub:
+        sub.sendall(_subscribe(1, ("#", 1)))
+        assert read(sub) == (0x90, b"\x00\x01\x01")
+    with _connected(server, "p") as pub:
+        for topic in topics:
+            _published(pub, topic, topic.encode())
+    with _connected(server, "s", clean=False) as sub:
+        got = [_publish_fields(sub) for _ in topics]
+        for _, _, ident, _ in got:
+            sub.sendall(packet(0x40, ident.to_bytes(2, "big")))
+        # Order across topics is not MQTT's to keep (3.1.1 §4.6 keeps it per topic).
+        assert sorted((topic, payload) for _, topic, _, payload in got) == sorted(
+            (topic, topic.encode()) for topic in topics
+        )

@@ -159,6 +159,9 @@ def test_a_pubrel_whose_commit_fails_closes_and_the_reconnected_pubrel_delivers_
 def test_v311_publisher_is_closed_serves_others_and_its_resend_is_stored_once(
     running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
 ) -> None:
+    """3.1.1 MQTT-4.8.0-2: a full disk is a transient error met processing the PUBLISH, and
+    3.1.1 has no negative PUBACK: the server closes the connection it came on, serves the
+    others, and stores the message once paho sends it again."""
     member = _group_member(connect)
 
     def quick_reconnect(client: mqtt.Client) -> None:

@@ -82,6 +82,9 @@ def test_v5_gets_unsuback_0x80_and_keeps_its_connection(
 def test_v311_is_disconnected_without_unsuback(
     server: RunningServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """3.1.1 MQTT-4.8.0-2: a disk error deleting the subscription is a transient error met
+    processing the UNSUBSCRIBE, and a 3.1.1 UNSUBACK cannot say it failed: the server
+    closes the connection, the subscription kept."""
     client = paho(server, "old", v5=False, clean=False)
     try:
         client.subscribe("keep/#", qos=1)
