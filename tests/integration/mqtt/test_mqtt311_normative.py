@@ -11,6 +11,7 @@ against itself.
 from __future__ import annotations
 
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -924,3 +925,40 @@ def test_a_message_held_for_a_session_keeps_its_topic_name(server: RunningServer
         assert sorted((topic, payload) for _, topic, _, payload in got) == sorted(
             (topic, topic.encode()) for topic in topics
         )
+
+
+def test_subscribing_again_does_not_interrupt_the_flow(server: RunningServer) -> None:
+    """3.1.1 MQTT-3.8.4-3: a SUBSCRIBE replacing a subscription does not interrupt the flow
+    of its publications: while another client publishes 300 QoS 1 messages, a persistent
+    session subscribes again to the same filter 20 times, at QoS 1 and 2 by turns, and gets
+    every message once, in the order they were published (3.1.1 MQTT-4.6.0-6)."""
+    count = 300
+    with _connected(server, "s", clean=False) as sub, _connected(server, "p") as pub:
+        sub.sendall(_subscribe(1, ("flow/#", 1)))
+        assert read(sub) == (0x90, b"\x00\x01\x01")
+
+        def publish() -> None:
+            for n in range(count):
+                _published(pub, "flow/1", str(n).encode())
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        got: list[int] = []
+        resubscribed = 0
+        while len(got) < count:
+            if resubscribed < 20 and len(got) >= resubscribed * 10:
+                resubscribed += 1
+                sub.sendall(_subscribe(1 + resubscribed, ("flow/#", 1 + resubscribed % 2)))
+            kind, body = read(sub)
+            if kind == 0x90:
+                continue
+            if kind == 0x62:  # the PUBREL of a QoS 2 one
+                sub.sendall(packet(0x70, body))
+                continue
+            end = 2 + int.from_bytes(body[:2], "big")
+            sub.sendall(packet(0x40 if kind & 0x06 == 0x02 else 0x50, body[end : end + 2]))
+            got.append(int(body[end + 2 :]))
+        publisher.join()
+        assert resubscribed == 20
+        assert got == list(range(count))
+        assert nothing(sub)
