@@ -28,6 +28,7 @@ from tests.integration.mqtt.raw import (
 )
 
 from boxmq.clock import ManualClock
+from boxmq.mqtt.settings import Limits, MqttSettings
 
 
 def _connect(client_id: str = "c", *, flags: int = 0x02, rest: bytes = b"") -> bytes:
@@ -962,3 +963,27 @@ def test_subscribing_again_does_not_interrupt_the_flow(server: RunningServer) ->
         assert resubscribed == 20
         assert got == list(range(count))
         assert nothing(sub)
+
+
+def test_dup_is_set_on_what_was_sent_before_and_only_on_it(tmp_path: Path) -> None:
+    """3.1.1 MQTT-3.3.1-3, MQTT-3.3.1-1: DUP says whether this PUBLISH is sent again, and
+    nothing else: with two deliveries in flight at most, a session that leaves with five
+    messages unacknowledged gets, once resumed, the two it was sent with DUP 1 and the
+    three held behind them with DUP 0, in order (3.1.1 MQTT-4.6.0-1)."""
+    settings = MqttSettings(limits=Limits(max_inflight=2))
+    with start_server(tmp_path / "root", settings) as running:
+        with _connected(running, "s", clean=False) as sub, _connected(running, "p") as pub:
+            sub.sendall(_subscribe(1, ("w/#", 1)))
+            assert read(sub) == (0x90, b"\x00\x01\x01")
+            for n in range(5):
+                _published(pub, "w/1", str(n).encode())
+            assert [_publish_fields(sub)[3] for _ in range(2)] == [b"0", b"1"]
+            assert nothing(sub)
+        with _connected(running, "s", clean=False) as sub:
+            got = []
+            for _ in range(5):
+                kind, _, packet_id, payload = _publish_fields(sub)
+                got.append((kind, payload))
+                sub.sendall(packet(0x40, packet_id.to_bytes(2, "big")))
+            assert got == [(0x3A, b"0"), (0x3A, b"1"), (0x32, b"2"), (0x32, b"3"), (0x32, b"4")]
+            assert nothing(sub)
