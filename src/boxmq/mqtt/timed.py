@@ -30,9 +30,6 @@ class Timed(Generic[K]):
     def __contains__(self, key: object) -> bool:
         return key in self._when
 
-    def get(self, key: K) -> Callable[[], None] | None:
-        return self._runs.get(key)
-
     def set(self, key: K, when: float, run: Callable[[], None]) -> None:
         """`run` is done at `when` (and no other run of `key`, at no other time)."""
         self._when.set(key, when)

@@ -31,7 +31,7 @@ def test_set_again_replaces_the_time_and_the_run_and_discard_drops_both() -> Non
     assert ran == ["new"]
     timed.set("gone", 1, lambda: ran.append("gone"))
     timed.discard("gone")
-    assert timed.get("gone") is None
+    assert "gone" not in timed
     assert list(timed.due(100)) == []
 
 
