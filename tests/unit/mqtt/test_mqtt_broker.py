@@ -4699,3 +4699,46 @@ def test_a_will_sent_whose_record_cannot_be_read_after_is_dropped_from_it_later(
         assert connack.session_present
 
     run_broker(tmp_path, test, clock)
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_a_connect_to_a_session_held_away_whose_record_cannot_be_read_is_refused_and_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, clean: bool
+) -> None:
+    """A CONNECT to a session held here whose client is away reads its record (whether
+    another server on this root resumed it since, Resuming.record_of). A read failing with
+    anything but a missing file (ELOOP here, EIO of a failing disk) refuses the CONNECT as a
+    disk failure (CONNACK 0x80, one ERROR line naming the client), before anything changes:
+    the session stays held, its record as it was, its delayed Will on its timer (a clean
+    start does not end it), and the next CONNECT resumes it."""
+    clock = ManualClock(time.time())
+    root = tmp_path / "root"
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        _left_with_a_will(broker, "dev", delay=30, expiry=600)
+        before = read_record(str(root), "dev")
+        assert before is not None
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"), _record_looping(root, "dev"):
+            again, refused = _connack(broker, "dev", clean=clean, session_expiry_interval=600)
+        assert refused.reason is ReasonCode.UNSPECIFIED_ERROR
+        assert again.closed
+        told = [m for m in caplog.messages if "dev" in m and "refused" in m]
+        assert len(told) == 1, told
+        assert "its session's record could not be read" in told[0], told
+        assert "ELOOP" in told[0], told
+        held = broker._sessions["dev"]
+        assert not held.connected
+        assert read_record(str(root), "dev") == before
+        await asyncio.sleep(0.05)  # what a Will sent early would have been by then
+        assert _will_sent(watcher) == []
+        clock.advance(30)
+        broker.tick(clock.now())
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+        _, resumed = _connack(broker, "dev", clean=False, session_expiry_interval=600)
+        assert resumed.reason is ReasonCode.SUCCESS
+        assert resumed.session_present
+        assert broker._sessions["dev"] is held
+
+    run_broker(tmp_path, test, clock)
