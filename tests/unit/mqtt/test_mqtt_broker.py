@@ -4742,3 +4742,58 @@ def test_a_connect_to_a_session_held_away_whose_record_cannot_be_read_is_refused
         assert broker._sessions["dev"] is held
 
     run_broker(tmp_path, test, clock)
+
+
+@pytest.mark.parametrize("how", ["lost", "disconnect"])
+def test_a_close_whose_record_cannot_be_looked_at_goes_on_as_this_servers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    """At the close of a persistent session's connection (lost, or a DISCONNECT), the broker
+    looks whether another server on this root took the session since (TakenElsewhere.at_close:
+    a stat of its record, the record read if another wrote it). A record that look cannot
+    stat nor read (ELOOP here, EIO of a failing disk) counts as this server's, told by one
+    WARNING line naming the client: the close goes on whole (its record written, with the
+    Will of a connection lost, timed here), where raised out of the close it was left half
+    done, and the next CONNECT resumes the session."""
+    clock = ManualClock(time.time())
+    root = tmp_path / "root"
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        will = Will("will/dev", b"gone", properties=Properties.build(will_delay_interval=30))
+        device = Peer(broker)
+        device.send(
+            Connect(
+                "dev",
+                V5,
+                clean_start=True,
+                will=will,
+                properties=Properties.build(session_expiry_interval=600),
+            )
+        )
+        assert isinstance(device.take()[0], Connack)
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            with _record_looping_till_written(root, "dev"):
+                if how == "lost":
+                    device.close()
+                else:
+                    device.send(Disconnect())
+                    device.close()
+            told = [m for m in caplog.messages if "could not be read at its close" in m]
+            assert len(told) == 1, told
+            assert "client dev:" in told[0], told
+            assert "ELOOP" in told[0], told
+        record = read_record(str(root), "dev")
+        assert record is not None
+        assert record.disconnected_at is not None
+        assert record.held_by == broker._token
+        assert (record.will is not None) is (how == "lost")
+        assert not broker._sessions["dev"].connected
+        clock.advance(30)
+        broker.tick(clock.now())
+        await asyncio.sleep(0.05)  # what a Will sent would have been by then
+        assert _will_sent(watcher) == ([b"gone"] if how == "lost" else [])
+        _, resumed = _connack(broker, "dev", clean=False, session_expiry_interval=600)
+        assert resumed.session_present
+
+    run_broker(tmp_path, test, clock)
