@@ -4797,3 +4797,38 @@ def test_a_close_whose_record_cannot_be_looked_at_goes_on_as_this_servers(
         assert resumed.session_present
 
     run_broker(tmp_path, test, clock)
+
+
+def test_a_connect_whose_dead_servers_successor_cannot_be_read_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CONNECT to a session away whose record names a server of this host that died looks
+    who took its sessions on (the dead server's succession file, succession.successor, read
+    by Lifetimes' look whether a server that runs counts the session). A file it cannot read
+    (EISDIR here; EIO of a failing disk alike) refuses the CONNECT as a disk failure (v5
+    0x80, one ERROR line naming the client), the session not taken on, its record as it
+    was; once the file reads, the next CONNECT takes the session on and resumes it."""
+    root = tmp_path / "root"
+    dead = dead_token()
+    record = SessionRecord("roamer", 3600, disconnected_at=time.time(), counted_by=dead)
+    succession = os.path.join(records_folder(str(root)), f".succeeded-{dead}")
+
+    async def test(broker: Broker) -> None:
+        write_record(str(root), record)
+        os.mkdir(succession)  # open() for reading refuses it
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            refused, connack = _connack(broker, "roamer", clean=False, session_expiry_interval=3600)
+        assert connack.reason is ReasonCode.UNSPECIFIED_ERROR
+        assert refused.closed
+        told = [r for r in caplog.records if "roamer" in r.getMessage()]
+        assert [r.levelno for r in told] == [logging.ERROR], [r.getMessage() for r in told]
+        assert "could not be taken on" in told[0].getMessage()
+        assert "Is a directory" in told[0].getMessage()
+        assert read_record(str(root), "roamer") == record
+        assert "roamer" not in broker._sessions
+        os.rmdir(succession)
+        _, resumed = _connack(broker, "roamer", clean=False, session_expiry_interval=3600)
+        assert resumed.reason is ReasonCode.SUCCESS
+        assert resumed.session_present
+
+    run_broker(tmp_path, test)
