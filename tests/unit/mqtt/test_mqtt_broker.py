@@ -4832,3 +4832,50 @@ def test_a_connect_whose_dead_servers_successor_cannot_be_read_is_refused(
         assert resumed.session_present
 
     run_broker(tmp_path, test)
+
+
+@pytest.mark.parametrize("unreadable", ["record", "succession"])
+def test_a_sweep_for_dead_servers_sessions_that_cannot_read_a_file_fails_told_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, unreadable: str
+) -> None:
+    """The sweep for the sessions of servers of this host that died (Broker.tick, Orphans.look
+    in a worker thread) stats and reads each record, and follows a dead server's succession
+    file, catching only a missing file. One it cannot read (a record made a symlink to itself,
+    ELOOP; a succession file made a directory, EISDIR; EIO of a failing disk alike) fails that
+    sweep, told once by an ERROR line whatever the sweeps after it, the session left as it
+    was, not the server stopped; once the file reads, the next sweep takes the session on."""
+    root = tmp_path / "root"
+    dead = dead_token()
+    folder = records_folder(str(root))
+    if unreadable == "record":  # its client was connected to the dead server: no succession
+        record = SessionRecord("roamer", 3600, holder=dead, server=dead)
+    else:
+        record = SessionRecord("roamer", 3600, disconnected_at=time.time(), counted_by=dead)
+
+    async def test(broker: Broker) -> None:
+        write_record(str(root), record)
+        lifetimes = broker._lifetimes
+        with contextlib.ExitStack() as stack, caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            if unreadable == "record":
+                stack.enter_context(_record_looping(root, "roamer"))
+            else:
+                succession = os.path.join(folder, f".succeeded-{dead}")
+                os.mkdir(succession)
+                stack.callback(os.rmdir, succession)
+            start = time.time()
+            for later in (0.0, 1.0, 2.0):
+                broker.tick(start + later)
+                assert lifetimes._looking
+                await _until(lambda: not lifetimes._looking)
+        told = [r for r in caplog.records if "sweep for sessions" in r.getMessage()]
+        assert [r.levelno for r in told] == [logging.ERROR], [r.getMessage() for r in told]
+        assert ("ELOOP" if unreadable == "record" else "Is a directory") in told[0].getMessage()
+        assert read_record(str(root), "roamer") == record
+        assert successor(str(root), dead) is None
+        broker.tick(start + 3.0)
+        if unreadable == "record":
+            await _until(lambda: getattr(read_record(str(root), "roamer"), "holder", 1) is None)
+        else:
+            await _until(lambda: successor(str(root), dead) == broker._token)
+
+    run_broker(tmp_path, test)
