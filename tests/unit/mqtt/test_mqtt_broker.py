@@ -4879,3 +4879,46 @@ def test_a_sweep_for_dead_servers_sessions_that_cannot_read_a_file_fails_told_on
             await _until(lambda: successor(str(root), dead) == broker._token)
 
     run_broker(tmp_path, test)
+
+
+def test_a_will_found_at_start_due_with_its_session_whose_record_cannot_be_read_puts_the_end_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Will on disk at start due with its session's end is sent by that end, right before
+    it (Wills.send_early, from Lifetimes._end_if_still_away), after a read of its record
+    (whether its client came back elsewhere) that raises there to the end. Its record failing
+    to read then (EIO of a failing disk), the end waits a second, with the Will, told once
+    by a WARNING line naming the client, rather than end the session without it; the next
+    try sends the Will and ends the session."""
+    root = tmp_path / "root"
+    clock = ManualClock(time.time())
+    now = clock.now()
+    will = Will("will/away", b"gone", properties=Properties.build(will_delay_interval=3600))
+    record = SessionRecord(
+        "away", 10, disconnected_at=now, will=will, will_due=now + 10, counted_by=dead_token()
+    )
+    write_record(str(root), record)
+
+    def failing(root: str, client_id: str) -> SessionRecord | None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            monkeypatch.setattr(wills_module, "read_record", failing)
+            broker.tick(now + 10)
+            broker.tick(now + 11)
+            monkeypatch.undo()
+        told = [m for m in caplog.messages if "client away:" in m]
+        assert len(told) == 1, told
+        assert "its session's end waits for its Will" in told[0], told
+        assert "EIO" in told[0], told
+        await asyncio.sleep(0.05)  # what a Will sent would have been by then
+        assert _will_sent(watcher) == []
+        assert read_record(str(root), "away") is not None
+        broker.tick(now + 12)
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+        await _until(lambda: read_record(str(root), "away") is None)
+
+    run_broker(tmp_path, test, clock)
