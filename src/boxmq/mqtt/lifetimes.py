@@ -111,6 +111,15 @@ class Claimed(Enum):
 CLAIMED: Final = Claimed.CLAIMED
 
 
+class _Unread(Enum):
+    """What `EndsLeft` keeps of an end whose record could not be read after a step failed."""
+
+    UNREAD = auto()
+
+
+_UNREAD: Final = _Unread.UNREAD
+
+
 EndStep = Callable[[str, str], contextlib.AbstractContextManager[None]]
 """A step of a session's end on disk: (client id, what the step does) -> its context."""
 
@@ -145,9 +154,11 @@ class EndsLeft:
     session ls`, collecting what was published to its filters, and resumed by its client's
     return."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, token: str) -> None:
         self._root = root
-        self.ended: dict[str, SessionRecord | None] = {}  # client id -> its record then
+        self._token = token  # this broker's, named by the records of the sessions it keeps
+        # Client id -> its record then (_UNREAD: it could not be read, `still_left`).
+        self.ended: dict[str, SessionRecord | _Unread | None] = {}
         self.retrying = False  # the sweep's retry: its refusals were told already
         self._unread: set[str] = set()  # those whose record the sweep could not read, told
 
@@ -160,7 +171,10 @@ class EndsLeft:
             try:
                 self.ended[client_id] = read_record(self._root, client_id)
             except OSError:
-                self.ended[client_id] = None  # unread: left for the next start
+                # EIO with the step's: None, it was left for the next start, the sweep told
+                # it would try again each second, and the client's return resumed the
+                # session that had ended.
+                self.ended[client_id] = _UNREAD
             if not self.retrying:
                 _tell_left(client_id, what, error)
 
@@ -184,7 +198,14 @@ class EndsLeft:
         if client_id not in self.ended:
             return False
         left = self.ended.pop(client_id)
-        return record is not None and record == left
+        if record is None:
+            return False
+        if left is _UNREAD:
+            # The end's own record names this broker, which kept the session; one its client
+            # came back to another broker with names that one. (A session found on disk at
+            # start names none: left for the next start, its return elsewhere unseen.)
+            return record.held_by == self._token
+        return record == left
 
 
 def _session_made(client_id: str, record: SessionRecord | None, text: str) -> bool:
@@ -299,7 +320,8 @@ class Lifetimes:
         # The sweep for sessions of dead brokers (`adopt_the_dead`), and what its looks saw.
         self._orphans = Orphans(box.root, token)
         self._sweep_failing = RecurringFailure()
-        self._left = EndsLeft(box.root)  # ends the disk refused a step of, finished by the sweep
+        # The ends the disk refused a step of, finished by the sweep.
+        self._left = EndsLeft(box.root, token)
         self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
         self._unread_ends: set[str] = set()  # ends due waiting for their records, told

@@ -4922,3 +4922,49 @@ def test_a_will_found_at_start_due_with_its_session_whose_record_cannot_be_read_
         await _until(lambda: read_record(str(root), "away") is None)
 
     run_broker(tmp_path, test, clock)
+
+
+def test_a_session_end_left_whose_record_could_not_be_read_then_is_finished_once_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A step of a session's end the disk refused (its record's deletion, EIO) is done again
+    by the sweep, which reads the record first and finishes the end only if it is the one
+    the end left (its client came back elsewhere, otherwise). Read right after the step
+    (EndsLeft.step) and failing there too (ELOOP here, EIO of a failing disk), the end was
+    forgotten, for the next start: the sweep said it would try again each second and never
+    did, and the client's next CONNECT resumed the session that had expired (session present
+    1, its subscription deleted). The record read once the disk lets it is the end's if it
+    still names this server: the sweep deletes it then, and the CONNECT starts anew."""
+
+    async def test(broker: Broker) -> None:
+        root = tmp_path / "root"
+        sub = _subscriber(broker, "gone", "a/#", 1, expiry=1)
+        sub.close()
+        path = record_path(str(root), "gone")
+        unlink = os.unlink
+
+        def refused(target: Any, *args: Any, **kwargs: Any) -> None:
+            if os.fspath(target) != path:
+                unlink(target, *args, **kwargs)
+                return
+            # The disk fails the deletion, and every read of the record from now on.
+            os.rename(path, f"{path}.aside")
+            os.symlink(os.path.basename(path), path)
+            raise OSError(errno.EIO, "Input/output error")
+
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            monkeypatch.setattr(os, "unlink", refused)
+            broker.tick(2.0)  # its end: the record's deletion refused, the record unread
+            monkeypatch.undo()
+            assert "gone" not in broker._sessions
+            os.unlink(path)
+            os.rename(f"{path}.aside", path)  # the disk reads again
+            broker.tick(3.0)
+        assert read_record(str(root), "gone") is None
+        assert "client gone: what its session's end left on disk is deleted now" in (
+            caplog.messages
+        )
+        _, back = _connack(broker, "gone", clean=False, session_expiry_interval=600)
+        assert not back.session_present
+
+    run_broker(tmp_path, test, ManualClock(0))
