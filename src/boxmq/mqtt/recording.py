@@ -81,6 +81,7 @@ class Recorder:
         # Client id -> the record of its connection's close the disk refused, for `retry`.
         self._refused: dict[str, SessionRecord] = {}
         self._unseen: set[str] = set()  # those `retry` could not look at the file of, told
+        self._unknown: set[str] = set()  # those `_known` could not look at: `replaced` does
 
     def record(
         self,
@@ -145,6 +146,7 @@ class Recorder:
                 self._known(client_id)
             return error
         self._written[client_id] = (written.st_ino, written.st_mtime_ns)
+        self._unknown.discard(client_id)
         return None
 
     def _known(self, client_id: str) -> None:
@@ -154,8 +156,14 @@ class Recorder:
         forgot the refused close and the record kept the close before the restart."""
         try:
             now = os.stat(self._path(client_id))
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             return  # none there: nothing another broker could have written since
+        except OSError:
+            # One there, unseen (EIO): taken for another broker's, and the refused close
+            # with it forgotten by `retry`, the record keeping the close before the restart.
+            self._unknown.add(client_id)
+            return
+        self._unknown.discard(client_id)
         self._written.setdefault(client_id, (now.st_ino, now.st_mtime_ns))
 
     def retry(self) -> None:
@@ -247,12 +255,15 @@ class Recorder:
         if client_id in self._queued:
             return False
         written = self._written.get(client_id)
-        if written is None:
+        if written is None and client_id not in self._unknown:
             return True
         try:
             now = os.stat(self._path(client_id))
         except (FileNotFoundError, NotADirectoryError):
             return True
+        if written is None:  # `_known`'s look, failed then (EIO), made now
+            self._unknown.discard(client_id)
+            self._written[client_id] = written = (now.st_ino, now.st_mtime_ns)
         return (now.st_ino, now.st_mtime_ns) != written
 
     def _path(self, client_id: str) -> str:
@@ -280,6 +291,7 @@ class Recorder:
 
         def remove_now() -> None:
             self._written.pop(client_id, None)
+            self._unknown.discard(client_id)
             self._paths.pop(client_id, None)
             self._refused.pop(client_id, None)
             self._unseen.discard(client_id)

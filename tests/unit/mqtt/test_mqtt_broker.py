@@ -4968,3 +4968,56 @@ def test_a_session_end_left_whose_record_could_not_be_read_then_is_finished_once
         assert not back.session_present
 
     run_broker(tmp_path, test, ManualClock(0))
+
+
+def test_a_refused_record_whose_file_could_not_be_looked_at_then_is_written_by_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A session resumed after a restart has no record written by this broker: the first
+    write of it the disk refuses takes the record there for the one it would have replaced
+    (Recorder._known, a stat), so that the sweep writing the refused records again does not
+    take it for another server's. That stat failing too (ELOOP here, EIO of a failing disk)
+    was let be: the sweep then took the record for another server's, forgot the close the
+    disk had refused, and the record kept the close before the restart. The file is looked at
+    again once it can be (`replaced`), and the close is written."""
+    root = tmp_path / "root"
+    clock = ManualClock(time.time())
+    before = SessionRecord(
+        "dev", 600, disconnected_at=clock.now() - 100, counted_by=dead_token()
+    )  # its close before a restart
+    write_record(str(root), before)
+    path = record_path(str(root), "dev")
+    rename = os.rename
+    refusals: list[str] = []
+
+    def refused(source: Any, target: Any, *args: Any, **kwargs: Any) -> None:
+        if os.fspath(target) != path:
+            rename(source, target, *args, **kwargs)
+            return
+        os.unlink(source)  # its temporary file
+        if not refusals:  # the first refusal: no look at the file either
+            rename(path, f"{path}.aside")
+            os.symlink(os.path.basename(path), path)
+        refusals.append(path)
+        raise OSError(errno.EIO, "Input/output error")
+
+    async def test(broker: Broker) -> None:
+        with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+            monkeypatch.setattr(os, "rename", refused)
+            device, connack = _connack(broker, "dev", clean=False, session_expiry_interval=600)
+            assert connack.session_present
+            clock.advance(5)
+            device.close()  # its close's record refused, and no look at the file
+            monkeypatch.undo()
+            os.unlink(path)
+            rename(f"{path}.aside", path)  # the disk writes and reads again
+            broker.tick(clock.now())
+        after = read_record(str(root), "dev")
+        assert after is not None
+        assert after.disconnected_at == clock.now(), (after, before)
+        assert after.held_by == broker._token
+        assert "client dev: its session record is written now, its close with it" in (
+            caplog.messages
+        )
+
+    run_broker(tmp_path, test, clock)
