@@ -204,6 +204,9 @@ _PUBLISH_OPTIONS = ns.tag(ns.PUBSUB, "publish-options")
 _FORM = ns.tag(ns.DATA, "x")
 _QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
 _QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
+_EMBEDDED_MESSAGE: Final = frozenset(
+    {ns.tag("jabber:client", "message"), ns.tag(ns.COMPONENT, "message")}
+)
 
 
 def bare(jid: str) -> str:
@@ -371,14 +374,17 @@ def _qos(child: Element) -> Request:
     msg_id = child.get("msgId")
     if name == "deliver":
         return QosDeliver(_required(msg_id, "msgId"))
-    message = next((c for c in child if c.tag.rsplit("}", 1)[-1] == "message"), None)
-    if message is None:
-        raise StanzaError(BAD_REQUEST, f"<{name}/> carries no <message/>")
+    if name not in ("acknowledged", "assured"):
+        raise StanzaError(BAD_REQUEST, f"urn:xmpp:qos {name} is no request")
+    # The schema's EmbeddedMessage: exactly one jabber:client <message/> (written in the
+    # stream's namespace when it inherits it). Taking the first and dropping the rest lost
+    # a second message its sender was told had been received.
+    if len(child) != 1 or child[0].tag not in _EMBEDDED_MESSAGE:
+        raise StanzaError(BAD_REQUEST, f"<{name}/> carries one <message/> and nothing else")
+    message = child[0]
     if name == "acknowledged":
         return QosAcknowledged(message)
-    if name == "assured":
-        return QosAssured(_required(msg_id, "msgId"), message)
-    raise StanzaError(BAD_REQUEST, f"urn:xmpp:qos {name} is no request")
+    return QosAssured(_required(msg_id, "msgId"), message)
 
 
 def _options(pubsub: Element) -> dict[str, str] | None:

@@ -899,6 +899,37 @@ def test_a_qos_request_the_schema_refuses_is_bad_request(
     assert box.queue("jobs").counts().ready == 0
 
 
+_MESSAGE = "<message xmlns='jabber:client'><body>{}</body></message>"
+
+
+@pytest.mark.parametrize("kind", ["acknowledged", "assured"])
+@pytest.mark.parametrize(
+    "carried",
+    [
+        _MESSAGE.format("first") + _MESSAGE.format("second"),
+        "<note xmlns='urn:example'/>" + _MESSAGE.format("first"),
+        "<message xmlns='urn:example'><body>first</body></message>",
+    ],
+    ids=["two-messages", "another-element-beside", "message-of-another-namespace"],
+)
+def test_a_qos_request_carrying_other_than_one_message_is_bad_request_and_stores_nothing(
+    wire: Wire, box: boxmq.Box, kind: str, carried: str
+) -> None:
+    """urn:xmpp:qos, XML Schema: <acknowledged/> and <assured/> are an EmbeddedMessage, a
+    sequence of exactly one jabber:client <message/>. Before 2026-12-01 the first element
+    named message was taken, whatever its namespace, and everything beside it dropped: a
+    second message was lost while its sender was answered that both were received."""
+    wire.create()
+    at = " msgId='m1'" if kind == "assured" else ""
+    reply = wire.iq(CAROL, f"<{kind} xmlns='{ns.QOS}'{at}>{carried}</{kind}>", to=NODE_AT)
+    assert condition(reply) == ("modify", "bad-request")
+    assert "one <message/>" in error_text(reply)
+    if kind == "assured":  # nothing held for a deliver to hand out
+        deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+        assert condition(deliver) == ("cancel", "item-not-found")
+    assert box.queue("jobs").counts().ready == 0
+
+
 def test_a_qos_request_in_an_iq_get_is_bad_request(wire: Wire, box: boxmq.Box) -> None:
     # urn:xmpp:qos, Use Cases: each step is "an iq stanza of type set"
     wire.create()
