@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "CLIENT",
     "COMPONENT",
     "DATA",
     "DISCO_INFO",
@@ -21,6 +22,7 @@ __all__ = [
     "tag",
 ]
 
+CLIENT = "jabber:client"
 COMPONENT = "jabber:component:accept"
 PUBSUB = "http://jabber.org/protocol/pubsub"
 PUBSUB_OWNER = "http://jabber.org/protocol/pubsub#owner"

@@ -205,8 +205,9 @@ _FORM = ns.tag(ns.DATA, "x")
 _QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
 _QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
 _EMBEDDED_MESSAGE: Final = frozenset(
-    {ns.tag("jabber:client", "message"), ns.tag(ns.COMPONENT, "message")}
+    {ns.tag(ns.CLIENT, "message"), ns.tag(ns.COMPONENT, "message")}
 )
+_IN_COMPONENT = f"{{{ns.COMPONENT}}}"
 
 
 def bare(jid: str) -> str:
@@ -381,10 +382,22 @@ def _qos(child: Element) -> Request:
     # a second message its sender was told had been received.
     if len(child) != 1 or child[0].tag not in _EMBEDDED_MESSAGE:
         raise StanzaError(BAD_REQUEST, f"<{name}/> carries one <message/> and nothing else")
-    message = child[0]
+    message = _as_a_client_wrote_it(child[0])
     if name == "acknowledged":
         return QosAcknowledged(message)
     return QosAssured(_required(msg_id, "msgId"), message)
+
+
+def _as_a_client_wrote_it(message: Element) -> Element:
+    """The embedded message in jabber:client. Written unqualified (as the QoS document's
+    examples write it, under a prefixed <qos:acknowledged/>), it and its unqualified children
+    are in the namespace of the stream the server wrote it on, the component's: stored so,
+    subscribers would be handed a <message/> of a namespace no client's stanza has."""
+    if message.tag.startswith(_IN_COMPONENT):
+        for element in message.iter():
+            if element.tag.startswith(_IN_COMPONENT):
+                element.tag = ns.tag(ns.CLIENT, element.tag[len(_IN_COMPONENT) :])
+    return message
 
 
 def _options(pubsub: Element) -> dict[str, str] | None:

@@ -938,6 +938,59 @@ def test_a_qos_request_in_an_iq_get_is_bad_request(wire: Wire, box: boxmq.Box) -
     assert box.queue("jobs").counts().ready == 0
 
 
+def test_the_documents_examples_written_as_they_are_store_a_jabber_client_message(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    """urn:xmpp:qos, examples "Setting light level" and "Counting cars or individuals" (its
+    mismatched </buy> closed as <log>): the <message/> is unqualified under a prefixed
+    <qos:acknowledged/>, so on the component's stream it is in the stream's namespace.
+    Before 2026-12-01 it was stored, and handed to subscribers, as <message
+    xmlns='jabber:component:accept'/>, a namespace no client's stanza has, where docs/xmpp.md
+    promises the <message xmlns='jabber:client'/> of a wrapped message written qualified."""
+    wire.create()
+    light = (
+        "<qos:acknowledged xmlns:qos='urn:xmpp:qos'><message>"
+        "<set xmlns='urn:xmpp:iot:control'><int name='Light' value='80'/></set>"
+        "</message></qos:acknowledged>"
+    )
+    assert wire.iq(CAROL, light, to=NODE_AT).get("type") == "result"
+    entered = (
+        "<qos:assured xmlns:qos='urn:xmpp:qos' msgId='984232334'><message>"
+        "<log xmlns='urn:xmpp:eventlog' timestamp='2015-11-12T09:07:12Z' id='Entered'>"
+        "<message>Entered.</message></log></message></qos:assured>"
+    )
+    received = wire.iq(CAROL, entered, to=NODE_AT).find(ns.tag(ns.QOS, "received"))
+    assert received is not None
+    assert received.get("msgId") == "984232334"
+    deliver = "<qos:deliver xmlns:qos='urn:xmpp:qos' msgId='984232334'/>"
+    assert wire.iq(CAROL, deliver, to=NODE_AT).get("type") == "result"
+    stored = [ET.fromstring(m.body) for m in _ready_bodies(box)]
+    assert [m.tag for m in stored] == ["{jabber:client}message"] * 2
+    assert [m[0].tag for m in stored] == [
+        "{urn:xmpp:iot:control}set",
+        "{urn:xmpp:eventlog}log",
+    ]
+    assert [e.tag for e in stored[1].iter()][-1] == "{urn:xmpp:eventlog}message"  # its own
+
+
+@pytest.mark.parametrize("kind", ["acknowledged", "assured"])
+def test_the_body_of_an_unqualified_message_is_stored_as_jabber_clients(
+    wire: Wire, box: boxmq.Box, kind: str
+) -> None:
+    """The <body/> of such a message is the stream's too: it is stored as jabber:client's
+    <body/>, as in a message written qualified, so a reader finds it where it looks."""
+    wire.create()
+    at = " msgId='m1'" if kind == "assured" else ""
+    wrapped = (
+        f"<qos:{kind} xmlns:qos='{ns.QOS}'{at}><message><body>hi</body></message></qos:{kind}>"
+    )
+    wire.iq(CAROL, wrapped, to=NODE_AT)
+    if kind == "assured":
+        wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+    [stored] = _ready_bodies(box)
+    assert ET.fromstring(stored.body).findtext("{jabber:client}body") == "hi"
+
+
 @pytest.mark.parametrize("kind", ["acknowledged", "assured"])
 def test_a_qos_message_is_stored_with_the_iqs_addresses(wire: Wire, kind: str) -> None:
     # urn:xmpp:qos, To and from attributes: "In the case of acknowledged and assured quality
