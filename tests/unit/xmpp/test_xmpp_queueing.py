@@ -1160,3 +1160,87 @@ def test_subscribing_again_to_a_topic_node_takes_the_new_queue_requests(wire: Wi
     assert [e[2] for e in wire.events()] == items[:1]
     wire.subscribe(ALICE, 2, node="t/1")
     assert [e[2] for e in wire.events()] == items[1:]
+
+
+_WORKER = "workerbee237@shakespeare.lit/foo"
+_LISTED_NODE = "a290fjssl29j19kjb"
+_LISTED_ITEM = "ae890ac52d0df67ed7cfd51b644e901"
+
+
+def _events_to(wire: Wire, jid: str) -> list[ET.Element]:
+    """The <items/> of each pubsub#event sent to `jid` since the last look."""
+    wire.service.poll()
+    return [
+        items
+        for stanza in wire.take()
+        if stanza.get("to") == jid
+        for items in stanza.iterfind(f"{{{EV}}}event/{{{EV}}}items")
+    ]
+
+
+def test_the_listings_of_xep_0254_sent_as_they_are_written(wire: Wire) -> None:
+    """XEP-0254 §2.1-§2.4, Listings 2, 4, 6 and 10 sent as written (the one node their typos
+    spell three ways, ids and all), answered as Listings 3, 5, 7 and 11 show. Listing 2's
+    <options/> names its jid and node, its field has no type. Listing 4's publisher proposes
+    an item id the service does not use (docs/xmpp.md: the item id is the boxmq message id),
+    so the notification of Listing 5 and the requests after it carry the id the result
+    named; the publisher's is no item here."""
+    wire.create(_LISTED_NODE)
+    subscribe = (
+        f"<pubsub xmlns='{PS}'><subscribe jid='workerbee237@shakespeare.lit'"
+        f" node='{_LISTED_NODE}'/><options jid='workerbee237@shakespeare.lit'"
+        f" node='{_LISTED_NODE}'><x xmlns='jabber:x:data' type='submit'>"
+        "<field var='FORM_TYPE' type='hidden'>"
+        "<value>http://jabber.org/protocol/pubsub#subscribe_options</value></field>"
+        "<field var='pubsub#queue_requests'><value>5</value></field></x></options></pubsub>"
+    )
+    listing_3 = wire.iq(_WORKER, subscribe)  # Listing 2
+    subscription = listing_3.find(f"{{{PS}}}pubsub/{{{PS}}}subscription")
+    assert subscription is not None
+    assert (subscription.get("node"), subscription.get("subscription")) == (
+        _LISTED_NODE,
+        "subscribed",
+    )
+    assert form_values(listing_3)["pubsub#queue_requests"] == "5"
+
+    def publish() -> str:  # Listing 4, from the publisher's JID
+        reply = wire.iq(
+            "engine.shakespeare.lit",
+            f"<pubsub xmlns='{PS}'><publish node='{_LISTED_NODE}'><item id='{_LISTED_ITEM}'>"
+            "<example xmlns='urn:xmpp:example'>payload</example></item></publish></pubsub>",
+        )
+        assert reply.get("type") == "result"
+        published = reply.find(f"{{{PS}}}pubsub/{{{PS}}}publish/{{{PS}}}item")
+        assert published is not None
+        return published.get("id", "")
+
+    item, second = publish(), publish()  # the same proposed id twice: two items
+    assert _LISTED_ITEM not in (item, second)
+    assert "" not in (item, second)
+    assert item != second
+    listing_5 = _events_to(wire, _WORKER)
+    assert [items.get("node") for items in listing_5] == [_LISTED_NODE] * 2
+    assert [(e.get("id"), e[0].tag, e[0].text) for items in listing_5 for e in items] == [
+        (item, "{urn:xmpp:example}example", "payload"),
+        (second, "{urn:xmpp:example}example", "payload"),
+    ]
+
+    def request(verb: str, namespace: str, item_id: str) -> ET.Element:  # Listings 6, 10
+        return wire.iq(
+            _WORKER,
+            f"<pubsub xmlns='{PS}'><{verb}{namespace} node='{_LISTED_NODE}'>"
+            f"<item id='{item_id}'/></{verb}></pubsub>",
+            type="get",
+        )
+
+    assert request("retract", "", item).get("type") == "result"  # Listing 6
+    [listing_7] = _events_to(wire, _WORKER)
+    assert listing_7.get("node") == _LISTED_NODE
+    assert [(e.tag, e.get("id")) for e in listing_7] == [(f"{{{EV}}}retract", item)]
+    queueing = f" xmlns='{ns.QUEUEING}'"
+    # the id the publisher proposed names no item: Listing 12's item-not-found
+    assert condition(request("unlock", queueing, _LISTED_ITEM)) == ("cancel", "item-not-found")
+    assert request("unlock", queueing, second).get("type") == "result"  # Listing 10
+    [listing_11] = _events_to(wire, _WORKER)
+    assert listing_11.get("node") == _LISTED_NODE
+    assert [(e.tag, e.get("id")) for e in listing_11] == [(f"{{{ns.QUEUEING}}}unlock", second)]
