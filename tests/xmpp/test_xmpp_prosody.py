@@ -13,6 +13,7 @@ from harness.prosody import PS, SERVICE, Client, Prosody, QosRequests, clients, 
 from slixmpp.exceptions import IqError
 from slixmpp.plugins.xep_0004.stanza import Form
 from slixmpp.xmlstream.handler import Callback
+from slixmpp.xmlstream.matcher import MatcherId
 from tests.xmpp.clients import component
 
 import boxmq
@@ -467,3 +468,74 @@ def test_slixmpps_node_config_form_asking_two_node_types_is_not_acceptable(
             )
 
     run(scenario())
+
+
+async def _raw_request(user: Client, iq_id: str, inner: str, to: str) -> ET.Element:
+    """An iq set written by hand (its children as the text has them, namespaces and all, not
+    as slixmpp would write an element), and its reply."""
+    answered: asyncio.Future[ET.Element] = asyncio.get_running_loop().create_future()
+
+    def take(stanza: Any) -> None:
+        if not answered.done():
+            answered.set_result(stanza.xml)
+
+    user.register_handler(Callback(f"reply {iq_id}", MatcherId(iq_id), take))
+    user.send_raw(f"<iq type='set' id='{iq_id}' to='{to}'>{inner}</iq>")
+    return await asyncio.wait_for(answered, user.timeout)
+
+
+def test_the_qos_documents_examples_sent_as_written_reach_a_subscriber_as_client_messages(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    """urn:xmpp:qos, examples "Setting light level" and "Counting cars or individuals" (its
+    </buy> closed as </log>) sent to the node's JID as the document writes them: a prefixed
+    <qos:acknowledged/> or <qos:assured/>, its <message/> unqualified, without to and from
+    ("left empty"). Each reaches a subscriber as a jabber:client <message/> from the sender's
+    full JID as the server stamped it (the Security Considerations' MUST), and is stored so."""
+    node_at = f"jobs@{SERVICE}"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            await alice.subscribe(5)
+            light = await _raw_request(
+                carol,
+                "123",
+                "<qos:acknowledged xmlns:qos='urn:xmpp:qos'><message>"
+                "<set xmlns='urn:xmpp:iot:control'><int name='Light' value='80'/></set>"
+                "</message></qos:acknowledged>",
+                node_at,
+            )
+            assert (light.get("type"), len(light)) == ("result", 0)
+            entered = await _raw_request(
+                carol,
+                "456",
+                "<qos:assured xmlns:qos='urn:xmpp:qos' msgId='984232334'><message>"
+                "<log xmlns='urn:xmpp:eventlog' timestamp='2015-11-12T09:07:12Z' id='Entered'>"
+                "<message>Entered.</message></log></message></qos:assured>",
+                node_at,
+            )
+            received = entered.find(ns.tag(ns.QOS, "received"))
+            assert received is not None
+            assert received.get("msgId") == "984232334"
+            deliver = await _raw_request(
+                carol, "457", "<qos:deliver xmlns:qos='urn:xmpp:qos' msgId='984232334'/>", node_at
+            )
+            assert (deliver.get("type"), len(deliver)) == ("result", 0)
+            payloads = [(await alice.next_event()).payload for _ in range(2)]
+            assert [p.tag if p is not None else None for p in payloads] == [
+                "{jabber:client}message"
+            ] * 2
+            assert [(p.get("from"), p[0].tag) for p in payloads if p is not None] == [
+                (str(carol.boundjid), "{urn:xmpp:iot:control}set"),
+                (str(carol.boundjid), "{urn:xmpp:eventlog}log"),
+            ]
+
+    run(scenario())
+    # stored as it was handed out: jabber:client, not the component stream's namespace
+    stored = [
+        ET.fromstring(path.read_bytes())
+        for path in Path(box.root, "jobs").glob("*/*")
+        if path.parent.name in ("target", "processing")
+    ]
+    assert sorted(m.tag for m in stored) == ["{jabber:client}message"] * 2
