@@ -352,6 +352,8 @@ def _publish(verb: Element) -> Publish:
     item = verb.find(_ITEM)
     if item is None:  # not payload-required: that is an <item/>'s without a payload
         raise StanzaError(_ITEM_REQUIRED, "publish one <item/> with a payload")
+    if len(verb) > 1:  # XEP-0060 §7.1.1: one <item/>; the rest was dropped, a second one lost
+        raise StanzaError(BAD_REQUEST, "publish one <item/> per request, and nothing beside it")
     if len(item) > 1:  # XEP-0060 §7.1.3.5
         raise StanzaError(_INVALID_PAYLOAD, "an item carries one payload element")
     return Publish(node, item.get("id"), item[0] if len(item) else None)

@@ -673,6 +673,31 @@ def test_an_item_with_two_payloads_is_invalid_payload(wire: Wire, box: boxmq.Box
 
 
 @pytest.mark.parametrize("node", ["jobs", "sensors/1"])  # a queue node, a topic node
+@pytest.mark.parametrize(
+    "beside",
+    ["<item><b xmlns='urn:b'>2</b></item>", "<note xmlns='urn:n'/>"],
+    ids=["two-items", "another-element"],
+)
+def test_a_publish_of_more_than_its_one_item_is_bad_request_and_stores_nothing(
+    wire: Wire, box: boxmq.Box, node: str, beside: str
+) -> None:
+    """XEP-0254 §2.2 pushes one item to the node (Listing 4), as XEP-0060 §7.1.1's <publish/>
+    carries no <item/> or one. Before 2026-12-01 the first <item/> was stored and the rest
+    dropped: a second item was lost while its publisher was answered result, as a retract of
+    two items was before 2026-11-30."""
+    wire.subscribe(ALICE, 5, node=node)
+    reply = wire.iq(
+        CAROL,
+        f"<pubsub xmlns='{PS}'><publish node='{node}'><item><a xmlns='urn:a'>1</a></item>"
+        f"{beside}</publish></pubsub>",
+    )
+    assert condition(reply) == ("modify", "bad-request")
+    assert error_text(reply) == "publish one <item/> per request, and nothing beside it"
+    assert wire.events() == []
+    assert box.queue("jobs").counts().ready == 0
+
+
+@pytest.mark.parametrize("node", ["jobs", "sensors/1"])  # a queue node, a topic node
 def test_a_publish_without_an_item_is_item_required(wire: Wire, box: boxmq.Box, node: str) -> None:
     # XEP-0060 §7.1.3.6: a node whose items are kept (every node here: a topic's are held by
     # its subscribers until retracted) bounces a publish with no <item/> item-required; it
