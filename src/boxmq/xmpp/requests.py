@@ -203,6 +203,13 @@ _ITEM = ns.tag(ns.PUBSUB, "item")
 _PUBLISH_OPTIONS = ns.tag(ns.PUBSUB, "publish-options")
 _FORM = ns.tag(ns.DATA, "x")
 _QUEUE_UNLOCK = ns.tag(ns.QUEUEING, "unlock")
+# What XEP-0060 lets a request carry beside it in its <pubsub/>: a subscribe its options
+# (§6.3.7), a publish its publish options (§7.1.5), a create its configuration (§8.1.3).
+_COMPANIONS: Final = {
+    ns.tag(ns.PUBSUB, "subscribe"): ns.tag(ns.PUBSUB, "options"),
+    _PUBLISH: _PUBLISH_OPTIONS,
+    ns.tag(ns.PUBSUB, "create"): ns.tag(ns.PUBSUB, "configure"),
+}
 _QUEUE_UNLOCK_TYPO = ns.tag(ns.QUEUEING_TYPO, "unlock")
 _EMBEDDED_MESSAGE: Final = frozenset(
     {ns.tag(ns.CLIENT, "message"), ns.tag(ns.COMPONENT, "message")}
@@ -304,10 +311,16 @@ def _jid(verb: Element, iq: Iq) -> str:
 
 
 def _verb(pubsub: Element) -> Element:
-    """The one request a <pubsub/> (its owner's too) carries."""
+    """The one request a <pubsub/> (its owner's too) carries, beside it at most its
+    companion. A second request was dropped without a word, the first one answered: a
+    retract and a publish in one <pubsub/> lost the item published."""
     if not len(pubsub):
         raise StanzaError(BAD_REQUEST, "an empty <pubsub/>")
-    return pubsub[0]
+    verb = pubsub[0]
+    if len(pubsub) > 1 and (len(pubsub) > 2 or pubsub[1].tag != _COMPANIONS.get(verb.tag)):
+        names = ", ".join(f"<{child.tag.rsplit('}', 1)[-1]}/>" for child in pubsub)
+        raise StanzaError(BAD_REQUEST, f"one request per <pubsub/>, not {names}")
+    return verb
 
 
 def _not_served(

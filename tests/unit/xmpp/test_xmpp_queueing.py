@@ -697,6 +697,41 @@ def test_a_publish_of_more_than_its_one_item_is_bad_request_and_stores_nothing(
     assert box.queue("jobs").counts().ready == 0
 
 
+_PUBLISH = "<publish node='jobs'><item><a xmlns='urn:a'>1</a></item></publish>"
+
+
+@pytest.mark.parametrize(
+    "second",
+    [_PUBLISH, "<retract node='jobs'><item id='{held}'/></retract>", "<unsubscribe node='jobs'/>"],
+    ids=["publish", "retract", "unsubscribe"],
+)
+@pytest.mark.parametrize(
+    "first",
+    ["<retract node='jobs'><item id='{held}'/></retract>", _PUBLISH],
+    ids=["after-a-retract", "after-a-publish"],
+)
+def test_a_pubsub_of_two_requests_is_bad_request_and_does_neither(
+    wire: Wire, box: boxmq.Box, first: str, second: str
+) -> None:
+    """A <pubsub/> carries one request, with the one companion XEP-0060 gives some of them
+    (a subscribe's <options/>, §6.3.7; a publish's <publish-options/>, §7.1.5; a create's
+    <configure/>, §8.1.3). Before 2026-12-01 the first was done and the rest dropped without
+    a word: a retract and a publish in one <pubsub/> retracted, answered result, and lost the
+    item published (XEP-0254 §2.2-§2.3's publish and delete, one per request)."""
+    wire.subscribe(ALICE, 5)
+    held = wire.publish()
+    assert wire.items_to(ALICE) == [held]
+    inner = (first + second).format(held=held)
+    reply = wire.iq(ALICE, f"<pubsub xmlns='{PS}'>{inner}</pubsub>")
+    assert condition(reply) == ("modify", "bad-request")
+    assert "one request per <pubsub/>" in error_text(reply)
+    wire.service.flush()
+    assert wire.events() == []  # nothing published, retracted, or unsubscribed
+    counts = box.queue("jobs").counts()
+    assert (counts.ready, counts.locked, counts.done) == (0, 1, 0)
+    assert wire.retract(ALICE, held).get("type") == "result"  # still hers, still subscribed
+
+
 @pytest.mark.parametrize("node", ["jobs", "sensors/1"])  # a queue node, a topic node
 def test_a_publish_without_an_item_is_item_required(wire: Wire, box: boxmq.Box, node: str) -> None:
     # XEP-0060 §7.1.3.6: a node whose items are kept (every node here: a topic's are held by
