@@ -53,6 +53,7 @@ class Iq:
     sender: str  # the full JID, as the server stamped it
     to: str
     child: Element | None  # the request element, echoed in error replies
+    children: int = 1  # how many the iq carries: RFC 6120 §8.2.3 allows a get/set one
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +231,7 @@ def parse_iq(element: Element) -> Iq:
         sender=_sender(element.get("from", "")),
         to=element.get("to", ""),
         child=element[0] if len(element) else None,
+        children=len(element),
     )
 
 
@@ -243,6 +245,10 @@ def parse_request(iq: Iq) -> Request:
     """The request an iq get/set carries; StanzaError says why there is none."""
     if iq.child is None:
         raise StanzaError(BAD_REQUEST, "an iq get/set needs one child element")
+    if iq.children > 1:  # the others were dropped: a second publish lost
+        raise StanzaError(
+            BAD_REQUEST, f"an iq get/set carries one child element, this one {iq.children}"
+        )
     return _request(iq, iq.child)
 
 

@@ -872,6 +872,21 @@ def test_an_item_id_that_xml_cannot_carry_goes_to_error(
     assert any("moved to error/" in r.getMessage() for r in caplog.records)
 
 
+def test_an_iq_of_two_requests_is_bad_request_and_does_neither(wire: Wire, box: boxmq.Box) -> None:
+    """RFC 6120 §8.2.3: an iq of type get or set "MUST contain exactly one child element".
+    Before 2026-12-01 its first child was served and the others dropped: two <pubsub/>
+    publishes in one iq stored the first item and lost the second, answered result."""
+    publish = f"<pubsub xmlns='{PS}'><publish node='jobs'><item>{{}}</item></publish></pubsub>"
+    reply = wire.iq(
+        CAROL,
+        publish.format("<a xmlns='urn:a'>1</a>") + publish.format("<a xmlns='urn:a'>2</a>"),
+    )
+    assert condition(reply) == ("modify", "bad-request")
+    assert error_text(reply) == "an iq get/set carries one child element, this one 2"
+    wire.service.flush()
+    assert box.queue("jobs").counts().ready == 0
+
+
 def test_a_request_in_an_unknown_namespace_is_service_unavailable(wire: Wire) -> None:
     reply = wire.iq(ALICE, "<query xmlns='urn:example:nothing'/>", type="get")
     assert condition(reply) == ("cancel", "service-unavailable")  # RFC 6120 §8.4
