@@ -28,6 +28,9 @@ def committer(tmp_path: Path) -> Iterator[Committer]:
 def test_opening_a_queue_with_only_target_makes_the_other_state_folders(
     tmp_path: Path, committer: Committer
 ) -> None:
+    """DropboxMQ, The DropboxMQ Dropbox: "Each queue dropbox has the same directory
+    structure", working/ target/ processing/ processed/ routing/ expired/ error/ (its
+    diagram's incoming/ is not made: docs/file-format.md)."""
     (tmp_path / "half" / "target").mkdir(parents=True)
     (tmp_path / "half" / "target" / "x").write_text("m")
     box = Dropbox(str(tmp_path / "half"), committer, create=False)
@@ -179,7 +182,9 @@ def test_a_move_never_replaces_a_file_of_the_same_name(
 
 def test_claim_is_place_into_processing(tmp_path: Path, committer: Committer) -> None:
     """The claim's shortcut: the locked name it took (a millisecond later where another lock
-    has that name, never over it), or None when another claim took the file first."""
+    has that name, never over it), or None when another claim took the file first
+    (DropboxMQ, Dropbox Message Consumers: a consumer moves the file from target/ to
+    processing/, "Only one consumer will succeed")."""
     box = Dropbox(str(tmp_path / "q"), committer, create=True)
     folder = tmp_path / "q"
     for name in ("4.a.B", "4.b.B"):

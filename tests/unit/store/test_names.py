@@ -58,6 +58,8 @@ def envelope(**fields: object) -> Envelope:
 
 
 def test_spec_example_1_all_fields() -> None:
+    """DropboxMQ, Message Filenames, "Example 1: All fields defined": the eight dot-separated
+    fields in their order, read and written back as the page prints them."""
     name = "4.1140429201295000-9262574723.T.1140429211295.corr1283.TestQueue1.XYZType.prop1S=hello"
     expected = Envelope(
         message_id=SPEC_ID,
@@ -74,6 +76,8 @@ def test_spec_example_1_all_fields() -> None:
 
 
 def test_spec_example_2_minimum_fields() -> None:
+    """DropboxMQ, Message Filenames, "Example 2: Minimum fields defined": "only the first
+    three (JMS Priority, JMS Message Id and Message Class) are required"."""
     name = "4.1140429201295000-9262574723.T"
     expected = Envelope(SPEC_ID, message_class=MessageClass.TEXT)
     assert decode(name) == expected
@@ -81,6 +85,8 @@ def test_spec_example_2_minimum_fields() -> None:
 
 
 def test_defaults_are_written_as_the_three_required_fields() -> None:
+    """DropboxMQ, Message Filenames, the field table's defaults: priority 4
+    (Message.DEFAULT_PRIORITY), message class 'B' (BytesMessage), the rest none."""
     assert encode(envelope()) == "4.id.B"
     assert decode("4.id.B") == envelope()
 
@@ -92,6 +98,8 @@ def test_empty_fields_take_their_defaults() -> None:
 
 @pytest.mark.parametrize("name", ["4.x.T.", "4.x.T....", "4.x.T....."])
 def test_trailing_dots_are_allowed(name: str) -> None:
+    """DropboxMQ, Message Filenames: "Trailing dots are required if the remaining fields are
+    undefined", yet Example 2 has none: both are read, to the same envelope."""
     assert decode(name) == Envelope(MessageId("x"), message_class=MessageClass.TEXT)
 
 
@@ -350,6 +358,7 @@ def test_digits_of_any_script_and_any_leading_zeros_read_as_java_parses_them() -
 
 
 def test_priority_limits_round_trip() -> None:
+    """DropboxMQ, field 1: "DropboxMQ supports priority values from -2^31 to 2^31-1"."""
     for priority in (-(2**31), 0, 9, 2**31 - 1):
         assert decode(encode(envelope(priority=priority))) == envelope(priority=priority)
 
@@ -702,6 +711,9 @@ def test_a_refused_consumer_name_says_what_a_name_may_be(name: str, wrong: str) 
 
 @pytest.mark.parametrize("text", ["..", ".", ".hidden", "a/b", "a:b", "%2E", "...", "a b~c.d"])
 def test_any_destination_becomes_one_safe_directory_name(text: str) -> None:
+    """DropboxMQ, The Root: "Each individual dropbox has its own directory directly in the
+    root directory", named as the destination: whatever the name, one directory of the
+    root's own, never a path into another or a hidden one."""
     segment = escape_segment(text)
     assert segment not in (".", "..")
     assert not segment.startswith(".")
