@@ -77,7 +77,7 @@ from boxmq.store.fanout import finish_pending
 from boxmq.store.layout import State, dropbox_folders, queue_path
 from boxmq.store.names import MAX_NAME, check_priority, decode_lenient, encode
 from boxmq.store.retained import Marked, Version
-from boxmq.store.side_files import SideFiles
+from boxmq.store.side_files import Placed, SideFiles
 from boxmq.store.temporaries import temporary_in
 from boxmq.store.topics import (
     EXACTLY_ONCE_PENDING,
@@ -143,6 +143,7 @@ class _Staged:
     key: tuple[str, str]  # (source, msg_id)
     move: Move
     pending: _Pending
+    placed: Placed | None  # the side file its name names, withdrawn if its commit fails
 
 
 class AssuredIntake:
@@ -272,6 +273,7 @@ class AssuredIntake:
                 # renamed file whose directory flush failed would otherwise be restored later).
                 self._books.forget(*key)
                 delete_quietly([stage.move.source, stage.pending.path])
+                self._withdraw(stage.placed)
                 outcomes[index] = failed[key] = failure
             if failed:  # a repeat within the batch of one that failed was not stored either
                 for index, message in enumerate(messages):
@@ -348,9 +350,9 @@ class AssuredIntake:
             name = checked(envelope)
         except MetadataTooLong as error:
             envelope, name = spilled(envelope, self._side_files, checked, error)
-        side_file = message.side_file
+        side_file, placed = message.side_file, None
         if side_file is not None and names_side_file(envelope):
-            self._put_side_file(side_file)  # the name fits: a file will name it
+            placed = self._put_side_file(side_file)  # the name fits: a file will name it
             side_file = None  # named by the message's name: no header needs it
         path = os.path.join(working, name)
         temporary = temporary_in(working)
@@ -359,16 +361,24 @@ class AssuredIntake:
                 out.write(message.body)
         except OSError as error:
             delete_quietly([temporary])
+            # The sender is told to send it again: a side file made for it alone stayed
+            # named by nothing until the hourly collection (a full disk's last page).
+            self._withdraw(placed)
             if error.filename is None:  # refused at the close's flush: say where, not just ENOSPC
                 raise naming(error, temporary) from error
             raise
         key = (message.source, message.msg_id)
-        return _Staged(key, Move(temporary, path), _Pending(path, queue, envelope, side_file))
+        pending = _Pending(path, queue, envelope, side_file)
+        return _Staged(key, Move(temporary, path), pending, placed)
 
-    def _put_side_file(self, side_file: bytes) -> None:
+    def _put_side_file(self, side_file: bytes) -> Placed:
         if self._side_files is None:  # a door's message, on a box without side files
             raise InvalidArgument("this box keeps no side files for the properties named")
-        self._side_files.put(side_file)
+        return self._side_files.place(side_file)
+
+    def _withdraw(self, placed: Placed | None) -> None:
+        if placed is not None and self._side_files is not None:
+            self._side_files.withdraw(placed)
 
     def _working_dir(self, queue: str | None) -> str:
         if queue is None:

@@ -19,6 +19,10 @@ Invariants:
 - `collect` deletes a file that no message file under the root names, only once it is older
   than a grace period: a file is written (reused, written anew) before the message naming it
   is committed, so a young file may belong to a message not yet visible.
+- `withdraw` deletes at once the file of a `place` whose message was never written (a full
+  disk refused it): only one that place made where there was none, and that no put reused
+  since. Any message naming the key came with a put of its own, which found the file there
+  (it was not made) or replaced it (it is not the same file any more).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 from boxmq.errors import InvalidArgument, naming
@@ -45,6 +50,7 @@ __all__ = [
     "GRACE",
     "NAMED_AS",
     "SIDE_DIR",
+    "Placed",
     "SideFiles",
     "key_of",
     "referenced",
@@ -68,6 +74,15 @@ _CACHED_BYTES = 16 << 20
 _WARNED = 1024  # missing keys remembered so each is logged once
 
 
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """What `SideFiles.place` did: the key, and the file it made (st_dev, st_ino) where no
+    file was; None if it reused one, which other messages may name."""
+
+    key: str
+    made: tuple[int, int] | None
+
+
 class SideFiles:
     """The side files of one root; shared by the threads of one process."""
 
@@ -80,6 +95,10 @@ class SideFiles:
 
     def put(self, data: bytes) -> str:
         """Keep `data`; its key. The file is in place on return (see the module's invariants)."""
+        return self.place(data).key
+
+    def place(self, data: bytes) -> Placed:
+        """`put`, telling whether it made the file: for `withdraw` if its message fails."""
         key = key_of(data)
         target = os.path.join(self.path, key)
         temporary = temporary_in(self.path)
@@ -91,12 +110,15 @@ class SideFiles:
             except FileNotFoundError:  # the first side file of this root
                 os.makedirs(self.path, exist_ok=True)
                 _write(temporary, data)
-            while not self._placed(temporary, target, data):
+            written = os.stat(temporary)  # the file's identity, which its rename keeps
+            while (made := self._placed(temporary, target, data)) is None:
                 pass  # `collect` took the old file away meanwhile: place ours
         self._remember(key, data)
-        return key
+        return Placed(key, (written.st_dev, written.st_ino) if made else None)
 
-    def _placed(self, temporary: str, target: str, data: bytes) -> bool:
+    def _placed(self, temporary: str, target: str, data: bytes) -> bool | None:
+        """True if `temporary` went where no file was, False if over the same bytes; None if
+        the file it was to replace went meanwhile (try again)."""
         try:
             rename_noreplace(temporary, target)
             return True
@@ -105,13 +127,44 @@ class SideFiles:
         try:
             same = read_file(target) == data
         except FileNotFoundError:
-            return False
+            return None
         if not same:
             raise InvalidArgument(f"side file {target} holds other bytes under the same key")
         # The same bytes: ours takes its place, young, so `collect` keeps it for the message to
         # come. A rename, not a utime, which another user's file would refuse.
         os.replace(temporary, target)
-        return True
+        return False
+
+    def withdraw(self, placed: Placed) -> None:
+        """Delete the file `placed` made, for a message that failed before its file was
+        written, unless a put reused it since (another message's, to come or come). Never
+        raises OSError: the message's own error is what its caller reports, and a file left
+        is the collection's."""
+        if placed.made is None:
+            return
+        path = os.path.join(self.path, placed.key)
+        aside = os.path.join(self.path, _DOOMED + placed.key)
+        try:
+            # Aside first, then looked at, as `collect` does: a put that comes now finds no
+            # file and makes its own, one that replaced ours is seen by its file's identity
+            # and put back, and a kill in between leaves the file where readers and the next
+            # collection (`_put_back`) find it.
+            rename_noreplace(path, aside)
+        except OSError:
+            return
+        with contextlib.suppress(OSError):
+            status = os.stat(aside)
+            if (status.st_dev, status.st_ino) != placed.made:
+                try:  # another put's: back, unless a put made the key anew meanwhile
+                    rename_noreplace(aside, path)
+                    return
+                except FileExistsError:
+                    pass  # the same bytes are in place again: this copy is one too many
+            os.unlink(aside)
+            with self._lock:
+                data = self._cache.pop(placed.key, None)
+                if data is not None:
+                    self._cached_bytes -= len(data)
 
     def get(self, key: str) -> bytes | None:
         """The bytes kept under `key`; None (logged once per key) if there are none, or if

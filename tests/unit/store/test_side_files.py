@@ -55,6 +55,48 @@ def test_other_bytes_under_an_existing_key_are_refused(tmp_path: Path) -> None:
         SideFiles(str(tmp_path)).put(b"props")
 
 
+def test_withdraw_deletes_only_a_file_its_place_made_and_no_put_reused_since(
+    tmp_path: Path,
+) -> None:
+    """For a message refused after its side file (a full disk): the file goes if nothing
+    else can name it, and stays where another message's put found it or replaced it."""
+    side = SideFiles(str(tmp_path))
+    made = side.place(b"alone")
+    side.withdraw(made)
+    assert os.listdir(side.path) == []
+    assert side.get(made.key) is None  # not served from the cache either
+    found = SideFiles(str(tmp_path)).place(b"named")
+    reused = side.place(b"named")  # another message's, stored before: the file was there
+    assert (found.made is not None, reused.made) == (True, None)
+    side.withdraw(reused)
+    side.withdraw(found)  # a put replaced the file it made since: another message's now
+    assert os.listdir(side.path) == [found.key]
+    assert SideFiles(str(tmp_path)).get(found.key) == b"named"
+
+
+def test_a_put_while_withdraw_looks_keeps_the_file_it_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the withdrawn file's rename aside and its unlink, another message's put finds
+    no file and makes its own, which stays."""
+    side = SideFiles(str(tmp_path))
+    made = side.place(b"props")
+    real = os.stat
+    raced: list[str] = []
+
+    def racing(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        if os.path.basename(path) == ".gc-" + made.key and not raced:
+            raced.append(path)
+            SideFiles(str(tmp_path)).put(b"props")  # another message's, right now
+        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "stat", racing)
+    side.withdraw(made)
+    assert raced
+    assert os.listdir(side.path) == [made.key]
+    assert SideFiles(str(tmp_path)).get(made.key) == b"props"
+
+
 def test_get_serves_from_its_cache_and_checks_what_it_reads(tmp_path: Path) -> None:
     side = SideFiles(str(tmp_path))
     key = side.put(b"props")

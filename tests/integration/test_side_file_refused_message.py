@@ -1,0 +1,73 @@
+"""A message whose side file was written, then whose own file a full disk refused, leaves no
+side file that nothing names (it stayed until the hourly collection), and never takes one
+that another message names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from tests.diskfull import small_disk
+
+import boxmq
+from boxmq.client.assured import AssuredMessage
+from boxmq.model import PROPERTIES_FILE
+from boxmq.mqtt.properties import Properties
+from boxmq.store.commit import Committer
+from boxmq.store.side_files import SIDE_DIR, key_of, referenced
+
+RAW = Properties.build(user_properties=[("k", "v" * 300)]).raw
+KEY = key_of(RAW)
+BODY = b"x" * 20_000  # more than the page the full disk leaves: the side file takes that
+
+
+def _door_message(msg_id: str) -> AssuredMessage:
+    """A persistent MQTT session's QoS 2 PUBLISH of long v5 properties, as the door hands it
+    to the exactly-once intake: the key in its properties, the bytes to write beside."""
+    return AssuredMessage(
+        "mqtt:pub", msg_id, BODY, topic="t/a", properties={PROPERTIES_FILE: KEY}, side_file=RAW
+    )
+
+
+@pytest.mark.parametrize("named_before", [False, True], ids=["alone", "named-before"])
+def test_an_exactly_once_message_the_disk_refuses_leaves_no_side_file_named_by_nothing(
+    tmp_path: Path, named_before: bool
+) -> None:
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        with boxmq.open(root, fsync="never") as box:
+            assert box.intake.assured_one(
+                _door_message("0") if named_before else AssuredMessage("a", "0", b"", topic="t/a"),
+                reserved=True,
+            )
+            disk.fill(leave=1)
+            with pytest.raises(OSError, match="No space left"):
+                box.intake.assured_one(_door_message("1"), reserved=True)
+            assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
+            assert referenced(str(root)) == ({KEY} if named_before else set())
+            disk.free()
+            assert box.intake.assured_one(_door_message("1"), reserved=True)  # sent again
+            assert box.side_files.get(KEY) == RAW
+            assert referenced(str(root)) == {KEY}
+
+
+def test_an_exactly_once_message_whose_commit_fails_leaves_no_side_file_named_by_nothing(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its file written, its move into working/ refused (a flush's EIO): the file goes, and
+    the side file made for it alone with it; the sender's second try stores both."""
+    with boxmq.open(root, fsync="never") as box:
+        intake = box.intake
+        with monkeypatch.context() as failing:
+            failing.setattr(
+                Committer,
+                "commit_each",
+                lambda self, groups: [OSError(5, "Input/output error")] * len(groups),
+            )
+            with pytest.raises(OSError, match="Input/output error"):
+                intake.assured_one(_door_message("1"), reserved=True)
+        assert os.listdir(root / SIDE_DIR) == []
+        assert intake.assured_one(_door_message("1"), reserved=True)
+        assert referenced(str(root)) == {KEY}
+        assert box.side_files.get(KEY) == RAW
