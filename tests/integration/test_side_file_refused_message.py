@@ -5,6 +5,7 @@ that another message names."""
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import boxmq
 from boxmq.client.assured import AssuredMessage
 from boxmq.model import PROPERTIES_FILE
 from boxmq.mqtt.properties import Properties
-from boxmq.store.commit import Committer
+from boxmq.store.commit import Committer, Move
 from boxmq.store.side_files import SIDE_DIR, key_of, referenced
 
 RAW = Properties.build(user_properties=[("k", "v" * 300)]).raw
@@ -71,3 +72,60 @@ def test_an_exactly_once_message_whose_commit_fails_leaves_no_side_file_named_by
         assert intake.assured_one(_door_message("1"), reserved=True)
         assert referenced(str(root)) == {KEY}
         assert box.side_files.get(KEY) == RAW
+
+
+@pytest.mark.parametrize("named_before", [False, True], ids=["alone", "named-before"])
+def test_a_publication_whose_copies_the_disk_refuses_leaves_no_side_file_named_by_nothing(
+    tmp_path: Path, named_before: bool
+) -> None:
+    """A door's publication (the MQTT door's QoS 1 PUBLISH of long v5 properties) writes its
+    side file, then the copies that name it: refused, it is told to send them again."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        with boxmq.open(root, fsync="never") as box:
+            box.subscribe("t/#", "s").close()  # a durable subscription: a copy to write
+            publish = partial(
+                box.topics.publish,
+                "t/a",
+                BODY,
+                properties={PROPERTIES_FILE: KEY},
+                reserved=True,
+                side_file=RAW,
+            )
+            if named_before:
+                publish()
+            disk.fill(leave=1)
+            with pytest.raises(OSError, match="No space left"):
+                publish()
+            assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
+            assert referenced(str(root)) == ({KEY} if named_before else set())
+            disk.free()
+            publish()  # sent again
+            assert box.side_files.get(KEY) == RAW
+            assert referenced(str(root)) == {KEY}
+
+
+def test_a_publication_whose_commit_fails_after_its_copies_went_out_keeps_its_side_file(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit's flush that fails (EIO) once the copies are linked: the publisher is told
+    of a failure for copies that were delivered, which still read their properties."""
+    with boxmq.open(root, fsync="never") as box:
+        subscriber = box.subscribe("t/#", "s")
+        real = Committer.commit
+
+        def flush_failed(self: Committer, moves: list[Move]) -> None:
+            real(self, moves)
+            raise OSError(5, "Input/output error")
+
+        with monkeypatch.context() as failing:
+            failing.setattr(Committer, "commit", flush_failed)
+            with pytest.raises(OSError, match="Input/output error"):
+                box.topics.publish(
+                    "t/a", BODY, properties={PROPERTIES_FILE: KEY}, reserved=True, side_file=RAW
+                )
+        assert os.listdir(root / SIDE_DIR) == [KEY]
+        message = subscriber.receive(timeout=5)
+        assert message is not None
+        assert message.properties.get("k") == "v" * 300
+        subscriber.close()

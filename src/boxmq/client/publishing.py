@@ -56,7 +56,7 @@ from boxmq.store.layout import State
 from boxmq.store.names import encode
 from boxmq.store.records import read_file
 from boxmq.store.retained import Marked, RetainedStore
-from boxmq.store.side_files import NAMED_AS, SideFiles
+from boxmq.store.side_files import NAMED_AS, Placed, SideFiles
 from boxmq.store.spares import Spares, write_new
 
 __all__ = ["Publication", "PublishedEach", "Publisher"]
@@ -321,7 +321,7 @@ class Publisher:
         name = copy_names(envelope, (level,))[level]  # MetadataTooLong before any write
         in_header = None
         if side_file is not None and data and not carries_v5(envelope):
-            in_header = self._put_side_file(side_file)
+            in_header = NAMED_AS + self._put_side_file(side_file).key
         with self._retained_lock.shared():
             staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
             try:
@@ -425,7 +425,7 @@ class Publisher:
         name = copy_names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
         in_header = None
         if side_file is not None and data and not carries_v5(envelope):
-            in_header = self._put_side_file(side_file)
+            in_header = NAMED_AS + self._put_side_file(side_file).key
         staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
         self._retained.replace(staged)
 
@@ -459,9 +459,17 @@ class Publisher:
         if route is None:
             route = self._destinations(envelope.topic, level, source)
         names = copy_names(envelope, route.levels)
+        placed = None
         if side_file is not None and (kept or route.copied) and names_side_file(envelope):
-            self._put_side_file(side_file)
-        move = self._staged(envelope, data, None, route.durable, names)
+            placed = self._put_side_file(side_file)
+        try:
+            move = self._staged(envelope, data, None, route.durable, names)
+        except BaseException:
+            # Told to send it again: a side file made for it alone stayed named by nothing
+            # until the hourly collection (a full disk's last page). Not once its commit
+            # began: a flush that fails may follow copies linked already, which name it.
+            self._withdraw(placed)
+            raise
         if move is not None:
             try:
                 self._committer.commit([move])
@@ -470,12 +478,18 @@ class Publisher:
                 raise
         self._hand_over([(envelope, data, route, names)])
 
-    def _put_side_file(self, side_file: bytes) -> str:
-        """Write a door's side file; how a retained message's header names it
-        (`bx_v5hS=<key>`: store/retained.py, PROPERTIES_SIDE_FILE)."""
+    def _put_side_file(self, side_file: bytes) -> Placed:
+        """Write a door's side file (a retained message's header names it as `NAMED_AS` and
+        its key: store/retained.py, PROPERTIES_SIDE_FILE)."""
         if self._side_files is None:  # a door's message, on a box without side files
             raise InvalidArgument("this box keeps no side files for the properties named")
-        return NAMED_AS + self._side_files.put(side_file)
+        return self._side_files.place(side_file)
+
+    def _withdraw(self, placed: Placed | None) -> None:
+        """Delete a side file `_put_side_file` made for a message that failed, unless
+        another message's put found or replaced it (SideFiles.withdraw)."""
+        if placed is not None and self._side_files is not None:
+            self._side_files.withdraw(placed)
 
     def _envelope(
         self,
