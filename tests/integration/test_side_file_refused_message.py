@@ -13,7 +13,7 @@ from tests.diskfull import small_disk
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
-from boxmq.model import PROPERTIES_FILE
+from boxmq.model import PROPERTIES_FILE, PUBLISHED_RETAINED
 from boxmq.mqtt.properties import Properties
 from boxmq.store.commit import Committer, Move
 from boxmq.store.side_files import SIDE_DIR, key_of, referenced
@@ -129,3 +129,79 @@ def test_a_publication_whose_commit_fails_after_its_copies_went_out_keeps_its_si
         assert message is not None
         assert message.properties.get("k") == "v" * 300
         subscriber.close()
+
+
+LONG_TOPIC = "t/a-topic-of-sixty-bytes-that-leaves-a-name-no-room-for-a-key"
+
+
+@pytest.mark.parametrize("named_before", [False, True], ids=["alone", "named-before"])
+def test_a_retained_message_the_disk_refuses_leaves_no_side_file_its_header_was_to_name(
+    tmp_path: Path, named_before: bool
+) -> None:
+    """A retained PUBLISH on a topic whose name has no room for the key: its side file is
+    written, then the retained file whose header names it, which the full disk refuses."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        with boxmq.open(root, fsync="never") as box:
+            publish = partial(
+                box.topics.publish, LONG_TOPIC, BODY, retain=True, reserved=True, side_file=RAW
+            )
+            if named_before:
+                publish()
+            disk.fill(leave=1)
+            with pytest.raises(OSError, match="No space left"):
+                publish()
+            assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
+            assert referenced(str(root)) == ({KEY} if named_before else set())
+            disk.free()
+            publish()  # sent again
+            assert box.side_files.get(KEY) == RAW
+            assert referenced(str(root)) == {KEY}
+
+
+def test_an_exactly_once_retained_deliver_the_disk_refuses_leaves_no_side_file_unnamed(
+    tmp_path: Path,
+) -> None:
+    """The same at the PUBREL of a persistent session's QoS 2 retained PUBLISH, whose
+    `deliver` writes the side file, then the retained file whose header names it."""
+    message = AssuredMessage(
+        "mqtt:pub",
+        "1",
+        BODY,
+        topic=LONG_TOPIC,
+        properties={PUBLISHED_RETAINED: True},
+        side_file=RAW,
+    )
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        with boxmq.open(root, fsync="never") as box:
+            assert box.intake.assured_one(message, reserved=True)
+            disk.fill(leave=2)  # the deliver's marker, then the side file
+            with pytest.raises(OSError, match="No space left"):
+                box.intake.deliver("mqtt:pub", "1", remember=False)
+            assert os.listdir(root / SIDE_DIR) == []
+            assert referenced(str(root)) == set()
+            disk.free()
+            assert box.intake.deliver("mqtt:pub", "1", remember=False)  # the PUBREL again
+            assert box.side_files.get(KEY) == RAW
+            assert referenced(str(root)) == {KEY}
+
+
+def test_a_retained_message_whose_flush_fails_once_in_place_keeps_its_side_file(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retained file renamed into place, then its flush refused (EIO): its header names
+    the side file, which later subscribers read."""
+    with boxmq.open(root, fsync="never") as box:
+        real = Committer.commit
+
+        def flush_failed(self: Committer, moves: list[Move]) -> None:
+            real(self, moves)
+            raise OSError(5, "Input/output error")
+
+        with monkeypatch.context() as failing:
+            failing.setattr(Committer, "commit", flush_failed)
+            with pytest.raises(OSError, match="Input/output error"):
+                box.topics.publish(LONG_TOPIC, BODY, retain=True, reserved=True, side_file=RAW)
+        assert os.listdir(root / SIDE_DIR) == [KEY]
+        assert referenced(str(root)) == {KEY}

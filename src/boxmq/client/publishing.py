@@ -319,16 +319,24 @@ class Publisher:
         """
         assert envelope.topic is not None
         name = copy_names(envelope, (level,))[level]  # MetadataTooLong before any write
-        in_header = None
+        in_header = placed = None
         if side_file is not None and data and not carries_v5(envelope):
-            in_header = NAMED_AS + self._put_side_file(side_file).key
+            placed = self._put_side_file(side_file)
+            in_header = NAMED_AS + placed.key
         with self._retained_lock.shared():
-            staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
             try:
-                # A retained message names its side file, unless it deletes (no body).
-                self._route(envelope, data, level, source, side_file=side_file, kept=bool(data))
+                staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
+                try:
+                    # A retained message names its side file, unless it deletes (no body).
+                    self._route(envelope, data, level, source, side_file=side_file, kept=bool(data))
+                except BaseException:
+                    self._retained.discard(staged)
+                    raise
             except BaseException:
-                self._retained.discard(staged)
+                # Only its header names it (the copies' names have no room): refused, it
+                # stayed named by nothing until the hourly collection. Not once `replace`
+                # began: a flush that fails may follow the rename that put the header in place.
+                self._withdraw(placed)
                 raise
             self._retained.replace(staged)
 
@@ -423,10 +431,15 @@ class Publisher:
             )
             return
         name = copy_names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
-        in_header = None
+        in_header = placed = None
         if side_file is not None and data and not carries_v5(envelope):
-            in_header = NAMED_AS + self._put_side_file(side_file).key
-        staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
+            placed = self._put_side_file(side_file)
+            in_header = NAMED_AS + placed.key
+        try:
+            staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
+        except BaseException:
+            self._withdraw(placed)  # as in `_publish_retained`: the deliver is tried again
+            raise
         self._retained.replace(staged)
 
     def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
