@@ -5,6 +5,8 @@ that another message names."""
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from tests.diskfull import small_disk
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
+from boxmq.client.publishing import Publication
 from boxmq.model import PROPERTIES_FILE, PUBLISHED_RETAINED
 from boxmq.mqtt.properties import Properties
 from boxmq.store.commit import Committer, Move
@@ -205,3 +208,48 @@ def test_a_retained_message_whose_flush_fails_once_in_place_keeps_its_side_file(
                 box.topics.publish(LONG_TOPIC, BODY, retain=True, reserved=True, side_file=RAW)
         assert os.listdir(root / SIDE_DIR) == [KEY]
         assert referenced(str(root)) == {KEY}
+
+
+LONG = {"k": "v" * 300}  # a producer's property too long for a name: spilled to a side file
+
+
+def _queue_put(box: boxmq.Box) -> object:
+    return box.queue("jobs").put(BODY, properties=LONG)
+
+
+def _publish(box: boxmq.Box) -> object:
+    return box.publish("t/a", BODY, properties=LONG)
+
+
+def _publish_retained(box: boxmq.Box) -> object:
+    return box.publish("t/a", BODY, properties=LONG, retain=True)
+
+
+def _publish_many(box: boxmq.Box) -> object:
+    return box.topics.publish_many([Publication("t/a", BODY, properties=LONG)])
+
+
+def _assured(box: boxmq.Box) -> object:
+    return box.assured("meter", str(time.monotonic_ns()), BODY, queue="jobs", properties=LONG)
+
+
+@pytest.mark.parametrize("send", [_queue_put])
+def test_a_producers_message_the_disk_refuses_leaves_no_side_file_named_by_nothing(
+    tmp_path: Path, send: Callable[[boxmq.Box], object]
+) -> None:
+    """A put, publish or exactly-once message of the Python API (or the CLI) whose properties
+    do not fit in its name writes them to a side file (client/spill.py), then its file."""
+    with small_disk(tmp_path / "disk") as disk:
+        root = disk.path / "data"
+        with boxmq.open(root, fsync="never") as box:
+            box.subscribe("t/#", "s").close()  # a durable subscription: a copy to write
+            box.queue("jobs").put(b"")  # its folders made
+            disk.fill(leave=1)
+            with pytest.raises(OSError, match="No space left"):
+                send(box)
+            assert os.listdir(root / SIDE_DIR) == []
+            assert referenced(str(root)) == set()
+            disk.free()
+            send(box)  # sent again
+            [key] = referenced(str(root))
+            assert os.listdir(root / SIDE_DIR) == [key]

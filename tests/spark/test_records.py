@@ -192,7 +192,7 @@ def test_a_request_spilled_with_its_reply_to_and_correlation_id_shows_them_as_it
             raise MetadataTooLong("no room beside the reply-to and the correlation id")
         return encode(candidate)
 
-    _, name = spilled(request, SideFiles(str(tmp_path)), fields_left, MetadataTooLong("long"))
+    _, name, _ = spilled(request, SideFiles(str(tmp_path)), fields_left, MetadataTooLong("long"))
     folder = tmp_path / "q" / "target"
     folder.mkdir(parents=True)
     (folder / name).write_bytes(b"{}")

@@ -110,7 +110,7 @@ def test_readers_see_what_they_saw_before_it_spilled(
         return encode(candidate)
 
     try:
-        moved, _ = spilled(envelope, sides, name_of, MetadataTooLong("long"))
+        moved, _, _ = spilled(envelope, sides, name_of, MetadataTooLong("long"))
     except MetadataTooLong:
         return  # nothing leaves the name (U+0000 stays in it), or the typed ones found no room
     reader = V5Reader(sides)
@@ -131,7 +131,7 @@ def test_a_reply_to_and_a_correlation_id_read_back_the_same_and_add_no_property(
         _envelope(note="y" * 200), reply_to="replies/x", correlation_id="req-7"
     )
     sides = SideFiles(str(tmp_path))
-    moved, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
+    moved, _, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
     reader = V5Reader(sides)
     assert (reader.reply_to(moved), reader.correlation_id(moved)) == ("replies/x", "req-7")
     # The side file has them as Response Topic and Correlation Data, which a v5 subscriber
@@ -155,7 +155,7 @@ def test_a_producers_mqtt_fields_still_show_beside_a_spilled_message_without_a_r
 ) -> None:
     envelope = _envelope(note="y" * 200, **{RESPONSE_TOPIC: "r/1", CORRELATION_DATA: "AQI="})
     sides = SideFiles(str(tmp_path))
-    moved, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
+    moved, _, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
     reader = V5Reader(sides)
     assert reader.properties(moved) == reader.properties(envelope)
     assert reader.reply_to(moved) == reader.reply_to(envelope) == "r/1"
@@ -167,7 +167,7 @@ def test_typed_properties_stay_in_the_name_where_they_fit_and_leave_it_where_the
 ) -> None:
     envelope = _envelope(note="y" * 200, n=3, ok=True)
     sides = SideFiles(str(tmp_path))
-    moved, name = spilled(envelope, sides, encode, MetadataTooLong("long"))
+    moved, name, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
     assert moved.user_properties() == {"n": 3, "ok": True}
     assert name == encode(moved)
     assert V5Reader(sides).properties(moved) == {"n": 3, "ok": True, "note": "y" * 200}
@@ -177,14 +177,14 @@ def test_typed_properties_stay_in_the_name_where_they_fit_and_leave_it_where_the
             raise MetadataTooLong("no room")
         return encode(candidate)
 
-    moved, _ = spilled(envelope, sides, no_room_for_typed, MetadataTooLong("long"))
+    moved, _, _ = spilled(envelope, sides, no_room_for_typed, MetadataTooLong("long"))
     assert moved.user_properties() == {}
     assert V5Reader(sides).properties(moved) == {"note": "y" * 200, "n": "3", "ok": "true"}
 
 
 def test_the_group_and_what_mqtt_cannot_carry_stay_in_the_name(tmp_path: Path) -> None:
     envelope = _envelope(**{GROUP_KEY: "g-1", "nul": "a\0b", "note": "y" * 200})
-    moved, _ = spilled(envelope, SideFiles(str(tmp_path)), encode, MetadataTooLong("long"))
+    moved, _, _ = spilled(envelope, SideFiles(str(tmp_path)), encode, MetadataTooLong("long"))
     assert moved.user_properties() == {GROUP_KEY: "g-1", "nul": "a\0b"}
     assert V5Reader(SideFiles(str(tmp_path))).properties(moved) == envelope.user_properties()
 
@@ -237,7 +237,7 @@ def test_a_reply_to_and_a_correlation_id_leave_the_name_last_and_read_back_the_s
         correlation_id="req-7",
     )
     sides = SideFiles(str(tmp_path))
-    moved, name = spilled(envelope, sides, _fields_in_the_name, MetadataTooLong("long"))
+    moved, name, _ = spilled(envelope, sides, _fields_in_the_name, MetadataTooLong("long"))
     assert (moved.reply_to, moved.correlation_id) == (None, None)
     assert moved.user_properties() == {"n": 3}
     assert name == encode(moved)
@@ -268,7 +268,7 @@ def test_a_field_mqtt_cannot_carry_stays_in_the_name_and_the_other_leaves(
             raise MetadataTooLong("no room beside the correlation id")
         return encode(candidate)
 
-    moved, _ = spilled(envelope, sides, no_correlation_id, MetadataTooLong("long"))
+    moved, _, _ = spilled(envelope, sides, no_correlation_id, MetadataTooLong("long"))
     assert (moved.reply_to, moved.correlation_id) == ("a\0b", None)
     reader = V5Reader(sides)
     assert (reader.reply_to(moved), reader.correlation_id(moved)) == ("a\0b", "req-7")

@@ -349,7 +349,7 @@ class AssuredIntake:
         try:
             name = checked(envelope)
         except MetadataTooLong as error:
-            envelope, name = spilled(envelope, self._side_files, checked, error)
+            envelope, name, _ = spilled(envelope, self._side_files, checked, error)
         side_file, placed = message.side_file, None
         if side_file is not None and names_side_file(envelope):
             placed = self._put_side_file(side_file)  # the name fits: a file will name it

@@ -254,13 +254,13 @@ class Publisher:
             at_level = partial(copy_names, levels=(level,))
             if as_retained:  # kept with no subscriber too (MQTT 5.0 §3.3.1.3)
                 # Its name holds the key of the side file `spilled` wrote: a door's is not named.
-                envelope, _ = spilled(envelope, self._side_files, at_level, error)
+                envelope, _, _ = spilled(envelope, self._side_files, at_level, error)
                 self._publish_retained(envelope, data, level, source)
             else:
                 # The route the copies take, found once: a subscription made after it gets
                 # no copy, so none can name a side file that was not written.
                 route = self._destinations(topic, level, source)
-                envelope, _ = spilled(
+                envelope, _, _ = spilled(
                     envelope, self._side_files, at_level, error, write=route.copied
                 )
                 self._route(envelope, data, level, source, route)
@@ -675,7 +675,7 @@ class Publisher:
                     names = copy_names(envelope, route.levels)
                 except MetadataTooLong as error:
                     levels = partial(copy_names, levels=route.levels)
-                    envelope, names = spilled(
+                    envelope, names, _ = spilled(
                         envelope, self._side_files, levels, error, write=route.copied
                     )
             else:

@@ -60,7 +60,7 @@ from boxmq.store.names import (
     plain_name,
     split_lock,
 )
-from boxmq.store.side_files import SideFiles
+from boxmq.store.side_files import Placed, SideFiles
 from boxmq.store.v5_properties import (
     V5Reader,
     correlation_id_shown,
@@ -276,20 +276,25 @@ class Queue:
                 f"put_many takes a list of messages, not {type(messages).__name__}: {messages!r}"
             )
         moves, sent, ids = [], [], []
+        placed: list[Placed | None] = []  # each message's side file (client/spill.py)
         try:
             for item in messages:
                 if isinstance(item, Outgoing):
-                    envelope, name, move, body = self._write(item)
+                    envelope, name, move, body, side_file = self._write(item)
                 else:
                     envelope, name, move, body = self._write_body(item)
+                    side_file = None
                 moves.append(move)
+                placed.append(side_file)
                 sent.append((name, envelope, body))
                 ids.append(envelope.message_id)
             self._box.send(moves)
         except BaseException as error:
             # The caller hears of a failure (the disk's, or a bad item half-way): none of those
-            # written goes out later, nor waits in working/ for the sweep.
-            discard_unsent(moves)
+            # written goes out later, nor waits in working/ for the sweep, nor a side file
+            # made for one of them alone, named by nothing until the hourly collection.
+            for index in discard_unsent(moves):
+                self._withdraw(placed[index])
             if isinstance(error, FileNotFoundError):
                 self._check_not_deleted(error)
             raise
@@ -297,9 +302,9 @@ class Queue:
             live.sent(sent)  # our consumers need not wait for the watcher to read the names
         return ids
 
-    def _write(self, outgoing: Outgoing) -> tuple[Envelope, str, Move, bytes]:
+    def _write(self, outgoing: Outgoing) -> tuple[Envelope, str, Move, bytes, Placed | None]:
         """Write one message in working/ under a fresh id: its envelope, its name, the move
-        that sends it, and the body written."""
+        that sends it, the body written, and the side file written for its properties."""
         plain = not (
             outgoing.properties or outgoing.correlation_id or outgoing.reply_to or outgoing.type
         )
@@ -324,17 +329,27 @@ class Queue:
 
     def _write_as(
         self, envelope: Envelope, body: bytes, plain: bool
-    ) -> tuple[Envelope, str, Move, bytes]:
+    ) -> tuple[Envelope, str, Move, bytes, Placed | None]:
+        placed = None
         try:
             name = self._name(envelope, plain)
         except MetadataTooLong as error:
-            envelope, name = spilled(envelope, self._side_files, _put_name, error)
+            envelope, name, placed = spilled(envelope, self._side_files, _put_name, error)
         while True:
             try:
-                return envelope, name, self._box.write(name, body), body
+                return envelope, name, self._box.write(name, body), body, placed
             except FileExistsError:  # an id taken in working/: draw again
                 envelope = replace(envelope, message_id=self._ids.new())
                 name = self._name(envelope, plain)
+            except BaseException:  # a full disk: the message is refused, its side file too
+                self._withdraw(placed)
+                raise
+
+    def _withdraw(self, placed: Placed | None) -> None:
+        """Delete a side file made for a message refused to its producer, unless another
+        message's put found or replaced it (SideFiles.withdraw)."""
+        if placed is not None and self._side_files is not None:
+            self._side_files.withdraw(placed)
 
     @staticmethod
     def _name(envelope: Envelope, plain: bool) -> str:

@@ -28,7 +28,9 @@ Invariants:
   key, so readers see them typed (the name's own win over the side file's text); where they do
   not, they are in the side file only, and readers see them as the text a v5 subscriber gets.
 - The side file is written once a name that names it fits, and before the message file that
-  names it: the commit's flush then covers it too (store/side_files.py).
+  names it: the commit's flush then covers it too (store/side_files.py). A message whose own
+  file is then refused (a full disk) withdraws it: it was named by nothing until the hourly
+  collection.
 - What still does not fit raises MetadataTooLong: the error of the smallest name tried (the
   topic and the type stay in the name), saying that the properties went to a side file
   first, whose key takes room in the name too: a producer sees why shortening the fields the
@@ -55,7 +57,7 @@ from boxmq.model import (
     property_text,
 )
 from boxmq.store import v5_properties
-from boxmq.store.side_files import SideFiles, key_of
+from boxmq.store.side_files import Placed, SideFiles, key_of
 
 __all__ = ["spilled", "v5_bytes"]
 
@@ -69,14 +71,15 @@ def spilled(
     refused: MetadataTooLong,
     *,
     write: bool = True,
-) -> tuple[Envelope, _T]:
+) -> tuple[Envelope, _T, Placed | None]:
     """`envelope`, whose name `name_of` refused with `refused`, with its properties in a side
-    file instead, and its name: first with its typed properties still in the name, then
-    without, then both again with its reply-to and correlation id left to the side file too
-    (`_TRIES`). `refused` again if nothing can move; the smallest name's error if even that
-    does not fit. write=False: a publication no subscription gets a copy of, refused as one
-    that a subscription gets would be, and no side file written (no file would name it, and
-    it stayed until the sweep collected it)."""
+    file instead, its name, and the side file written (for `SideFiles.withdraw` if the
+    message's own file fails; None with write=False): first with its typed properties still
+    in the name, then without, then both again with its reply-to and correlation id left to
+    the side file too (`_TRIES`). `refused` again if nothing can move; the smallest name's
+    error if even that does not fit. write=False: a publication no subscription gets a copy
+    of, refused as one that a subscription gets would be, and no side file written (no file
+    would name it, and it stayed until the sweep collected it)."""
     if side_files is None or not _movable(envelope):
         raise refused
     raw = v5_bytes(envelope)
@@ -102,9 +105,7 @@ def spilled(
         except MetadataTooLong as error:
             refused = error
             continue
-        if write:
-            side_files.put(raw)
-        return candidate, name
+        return candidate, name, side_files.place(raw) if write else None
     raise MetadataTooLong(
         "the properties are too long for a file name, and with them in a side file, what stays"
         f" in the name with the side file's key is still too long: {refused}"

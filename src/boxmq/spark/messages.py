@@ -359,7 +359,7 @@ def _fitted(envelope: Envelope, fan_out: bool, side_files: SideFiles | None) -> 
     except MetadataTooLong as error:
         refused = error
     try:
-        moved, _ = spilled(envelope, side_files, name_of, refused)
+        moved, _, _ = spilled(envelope, side_files, name_of, refused)
     except MetadataTooLong as error:
         raise MetadataTooLong(
             f"boxmq sink: message {envelope.message_id}: {error}, or move them into the body "
