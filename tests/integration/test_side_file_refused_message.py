@@ -233,7 +233,7 @@ def _assured(box: boxmq.Box) -> object:
     return box.assured("meter", str(time.monotonic_ns()), BODY, queue="jobs", properties=LONG)
 
 
-@pytest.mark.parametrize("send", [_queue_put])
+@pytest.mark.parametrize("send", [_queue_put, _publish, _publish_retained])
 def test_a_producers_message_the_disk_refuses_leaves_no_side_file_named_by_nothing(
     tmp_path: Path, send: Callable[[boxmq.Box], object]
 ) -> None:

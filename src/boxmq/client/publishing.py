@@ -254,16 +254,16 @@ class Publisher:
             at_level = partial(copy_names, levels=(level,))
             if as_retained:  # kept with no subscriber too (MQTT 5.0 §3.3.1.3)
                 # Its name holds the key of the side file `spilled` wrote: a door's is not named.
-                envelope, _, _ = spilled(envelope, self._side_files, at_level, error)
-                self._publish_retained(envelope, data, level, source)
+                envelope, _, placed = spilled(envelope, self._side_files, at_level, error)
+                self._publish_retained(envelope, data, level, source, placed=placed)
             else:
                 # The route the copies take, found once: a subscription made after it gets
                 # no copy, so none can name a side file that was not written.
                 route = self._destinations(topic, level, source)
-                envelope, _, _ = spilled(
+                envelope, _, placed = spilled(
                     envelope, self._side_files, at_level, error, write=route.copied
                 )
-                self._route(envelope, data, level, source, route)
+                self._route(envelope, data, level, source, route, placed=placed)
         return envelope.message_id
 
     def new_id(self) -> MessageId:
@@ -306,6 +306,7 @@ class Publisher:
         level: QoS,
         source: str | None,
         side_file: bytes | None = None,
+        placed: Placed | None = None,
     ) -> None:
         """All or nothing, as the publisher is told: the retained message is written first
         (a full disk refuses it before any copy went out) and put in place last, once the
@@ -316,28 +317,39 @@ class Publisher:
         told of a failure for copies that were delivered, as when a commit's last flush fails.
         `side_file`: as `publish` says; named by the header where the name holds none of the
         properties, written before it (the committer's flush at `replace` covers it).
+        `placed`: the side file `spilled` wrote for the name, withdrawn as `_route` says.
         """
         assert envelope.topic is not None
         name = copy_names(envelope, (level,))[level]  # MetadataTooLong before any write
-        in_header = placed = None
+        in_header = None
         if side_file is not None and data and not carries_v5(envelope):
             placed = self._put_side_file(side_file)
             in_header = NAMED_AS + placed.key
         with self._retained_lock.shared():
             try:
                 staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
-                try:
-                    # A retained message names its side file, unless it deletes (no body).
-                    self._route(envelope, data, level, source, side_file=side_file, kept=bool(data))
-                except BaseException:
-                    self._retained.discard(staged)
-                    raise
             except BaseException:
-                # Only its header names it (the copies' names have no room): refused, it
-                # stayed named by nothing until the hourly collection. Not once `replace`
-                # began: a flush that fails may follow the rename that put the header in place.
+                # Refused, its side file stayed named by nothing until the hourly collection.
                 self._withdraw(placed)
                 raise
+            try:
+                # A retained message names its side file, unless it deletes (no body).
+                self._route(
+                    envelope,
+                    data,
+                    level,
+                    source,
+                    side_file=side_file,
+                    kept=bool(data),
+                    placed=None if in_header else placed,
+                )
+            except BaseException:
+                self._retained.discard(staged)
+                if in_header is not None:  # the copies' names have no room for it: none does
+                    self._withdraw(placed)
+                raise
+            # Not withdrawn once `replace` began: a flush that fails may follow the rename
+            # that put the message in place.
             self._retained.replace(staged)
 
     def send_files(
@@ -462,17 +474,19 @@ class Publisher:
         *,
         side_file: bytes | None = None,
         kept: bool = False,
+        placed: Placed | None = None,
     ) -> None:
         """Send `envelope`'s copies along `route` (found now if None). `side_file`: the bytes
         of the side file a door's envelope names, written only where a file names it: a copy,
         or (`kept`) the retained message; else none, nobody reading it until the sweep
         collected it an hour later. The route is found once: a subscription made after it
-        gets no copy, so none can name a side file that was not written."""
+        gets no copy, so none can name a side file that was not written. `placed`: the side
+        file `spilled` wrote for `envelope`'s name; either is withdrawn if the copies fail
+        before their commit."""
         assert envelope.topic is not None
         if route is None:
             route = self._destinations(envelope.topic, level, source)
         names = copy_names(envelope, route.levels)
-        placed = None
         if side_file is not None and (kept or route.copied) and names_side_file(envelope):
             placed = self._put_side_file(side_file)
         try:
