@@ -233,7 +233,7 @@ def _assured(box: boxmq.Box) -> object:
     return box.assured("meter", str(time.monotonic_ns()), BODY, queue="jobs", properties=LONG)
 
 
-@pytest.mark.parametrize("send", [_queue_put, _publish, _publish_retained])
+@pytest.mark.parametrize("send", [_queue_put, _publish, _publish_retained, _publish_many])
 def test_a_producers_message_the_disk_refuses_leaves_no_side_file_named_by_nothing(
     tmp_path: Path, send: Callable[[boxmq.Box], object]
 ) -> None:
@@ -253,3 +253,17 @@ def test_a_producers_message_the_disk_refuses_leaves_no_side_file_named_by_nothi
             send(box)  # sent again
             [key] = referenced(str(root))
             assert os.listdir(root / SIDE_DIR) == [key]
+
+
+def test_a_batch_refused_for_a_bad_message_leaves_no_side_file_of_the_good_ones(
+    root: Path,
+) -> None:
+    """publish_many checks every message before it writes their files, but the side file of
+    one whose properties spill was written as it was checked, and stayed when a later one
+    failed its check."""
+    with boxmq.open(root, fsync="never") as box:
+        box.subscribe("t/#", "s").close()
+        batch = [Publication("t/a", BODY, properties=LONG), Publication("t/+", b"no topic")]
+        with pytest.raises(boxmq.InvalidTopic):
+            box.topics.publish_many(batch)
+        assert not os.path.exists(root / SIDE_DIR) or os.listdir(root / SIDE_DIR) == []

@@ -642,6 +642,29 @@ class Publisher:
         """Check every message, then write each body once; per message, the move that will
         send it (None: no durable copy). If a write fails, the files written before it are
         deleted and its OSError raised. reserved: `bx_*` properties are boxmq's own."""
+        placed: list[Placed] = []  # the side files `spilled` wrote for the names
+        try:
+            planned = self._plan_many(messages, reserved, placed)
+            moves: list[Move | None] = []
+            try:
+                for envelope, body, route, names in planned:
+                    moves.append(self._staged(envelope, body, None, route.durable, names))
+            except OSError:
+                discard_unsent(move for move in moves if move is not None)
+                raise
+        except BaseException:
+            # A bad message after them, or a write the disk refused: the batch is refused, and
+            # a side file made for it alone stayed named by nothing until the hourly collection.
+            for each in placed:
+                self._withdraw(each)
+            raise
+        return planned, moves
+
+    def _plan_many(
+        self, messages: Sequence[Publication], reserved: bool, placed: list[Placed]
+    ) -> list[_Planned]:
+        """`_stage_many`'s checks, and each message's envelope, route and names; the side
+        files written for names that spill (client/spill.py) added to `placed`."""
         check_flag("reserved", reserved)
         routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
         planned = []
@@ -689,20 +712,15 @@ class Publisher:
                     names = copy_names(envelope, route.levels)
                 except MetadataTooLong as error:
                     levels = partial(copy_names, levels=route.levels)
-                    envelope, names, _ = spilled(
+                    envelope, names, side_file = spilled(
                         envelope, self._side_files, levels, error, write=route.copied
                     )
+                    if side_file is not None:
+                        placed.append(side_file)
             else:
                 names = route.plain_names(envelope)
             planned.append((envelope, body, route, names))
-        moves: list[Move | None] = []
-        try:
-            for envelope, body, route, names in planned:
-                moves.append(self._staged(envelope, body, None, route.durable, names))
-        except OSError:
-            discard_unsent(move for move in moves if move is not None)
-            raise
-        return planned, moves
+        return planned
 
     def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
         durable, memory = self._routes.destinations(topic, level, source)
