@@ -346,11 +346,12 @@ class AssuredIntake:
         working = self._working_dir(queue)
         os.makedirs(working, exist_ok=True)
         checked = partial(_checked_name, to_topic=queue is None)
+        placed = None  # the side file written for its name: a producer's, or a door's
         try:
             name = checked(envelope)
         except MetadataTooLong as error:
-            envelope, name, _ = spilled(envelope, self._side_files, checked, error)
-        side_file, placed = message.side_file, None
+            envelope, name, placed = spilled(envelope, self._side_files, checked, error)
+        side_file = message.side_file
         if side_file is not None and names_side_file(envelope):
             placed = self._put_side_file(side_file)  # the name fits: a file will name it
             side_file = None  # named by the message's name: no header needs it
