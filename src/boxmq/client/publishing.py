@@ -78,6 +78,9 @@ class Publication:
     properties: Mapping[str, PropertyValue | Property] | None = None
     expires_in: float | None = None
     source: str | None = None
+    # The bytes of the side file a door's message names (`bx_v5h` in `properties`), written
+    # by publish_many only where a copy names it, as `Topics.publish(side_file=...)` does.
+    side_file: bytes | None = None
 
 
 class _Route:
@@ -719,6 +722,9 @@ class Publisher:
                         placed.append(side_file)
             else:
                 names = route.plain_names(envelope)
+            door_file = message.side_file
+            if door_file is not None and route.copied and names_side_file(envelope):
+                placed.append(self._put_side_file(door_file))  # a copy will name it
             planned.append((envelope, body, route, names))
         return planned
 

@@ -290,21 +290,16 @@ def _stored_without(
 
 
 def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Publication:
-    """A PUBLISH as one message of `Topics.publish_many` (which commits it after this wrote
-    its side file, if any: the commit's flush covers that file too)."""
+    """A PUBLISH as one message of `Topics.publish_many`, which writes its side file, if
+    any, where a copy names it (a batch refused withdraws it), before the commit whose
+    flush covers it. Made on the loop as the packet arrives: nothing written here, where
+    a refused write could be told to no one, and a file written for a batch the disk then
+    refused stayed named by nothing until the hourly collection."""
     if not packet.properties.raw:  # every 3.1.1 PUBLISH, most v5 ones: nothing to keep
         return Publication(
             packet.topic, packet.payload, packet.qos, None, None, consumer_name(client_id)
         )
-    try:
-        properties = kept_properties(packet, side_files)
-    except OSError:
-        # On the loop, as the packet arrives, where no one can be told: the properties go in
-        # the name instead. Where they do not fit there, the batch fails as a whole and each
-        # of its messages is written alone (`store_with_properties`), which meets this
-        # error again and tells it to the publisher.
-        props = packet.properties.without(*NOT_FORWARDED)
-        properties = {V5_PROPERTIES: _pack(props), **group_of(props)}
+    properties = kept_properties(packet, side_files, write=False)
     return Publication(
         packet.topic,
         packet.payload,
@@ -312,6 +307,7 @@ def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Pu
         properties=properties or None,
         expires_in=stored_expiry(packet),
         source=consumer_name(client_id),
+        side_file=side_file_of(packet, properties),
     )
 
 

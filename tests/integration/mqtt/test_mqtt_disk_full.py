@@ -19,6 +19,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
+from paho.mqtt.packettypes import PacketTypes
 from tests.diskfull import SmallDisk, small_disk
 from tests.integration.mqtt.clients import (
     WAIT,
@@ -27,6 +28,7 @@ from tests.integration.mqtt.clients import (
     drop,
     marked_and_bound,
     paho,
+    paho_properties,
     recorded_away,
     recorded_will_sent,
     serve_fresh,
@@ -39,6 +41,7 @@ from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 from boxmq.clock import ManualClock
 from boxmq.mqtt.publishing import Publishing
 from boxmq.mqtt.session_record import read_record
+from boxmq.store.side_files import SIDE_DIR, referenced
 from boxmq.store.topics import members
 
 QUOTA_EXCEEDED = 0x97
@@ -111,6 +114,28 @@ def test_v5_qos1_on_a_full_disk_gets_quota_exceeded_and_its_resend_is_stored_onc
     assert acks.get(timeout=WAIT) == (info.mid, 0)
     assert member.next().payload == b"first try"
     assert member.nothing(within=0.5)
+
+
+def test_v5_qos1_with_long_properties_on_a_full_disk_leaves_no_side_file_nothing_names(
+    running: RunningServer, disk: SmallDisk, connect: Callable[..., Paho]
+) -> None:
+    """Its properties go to a side file, written as the PUBLISH arrived, before the batch
+    whose copies the disk then refused (its last page taken by that file): the publisher
+    told QUOTA_EXCEEDED, the file stayed named by nothing until the hourly collection."""
+    member = _group_member(connect)
+    publisher = connect("pub")
+    acks = _acks(publisher.client)
+    long = paho_properties(PacketTypes.PUBLISH, UserProperty=[("trace", "t" * 300)])
+    disk.fill(leave=1)
+    info = publisher.client.publish("t/1", b"x" * 20_000, qos=1, properties=long)
+    assert acks.get(timeout=WAIT) == (info.mid, QUOTA_EXCEEDED)
+    side = running.root / SIDE_DIR
+    assert (sorted(os.listdir(side)) if side.exists() else []) == []
+    disk.free()
+    info = publisher.client.publish("t/1", b"x" * 20_000, qos=1, properties=long)
+    assert acks.get(timeout=WAIT) == (info.mid, 0)
+    assert member.next().properties.UserProperty == [("trace", "t" * 300)]
+    assert sorted(os.listdir(side)) == sorted(referenced(str(running.root)))
 
 
 def test_v5_qos2_on_a_full_disk_gets_a_pubrec_quota_exceeded_with_a_reason_string(
