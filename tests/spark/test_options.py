@@ -338,7 +338,8 @@ def _message(
     columns = [(name, kinds[type(value)]) for name, value in row.items()]
     layout = messages.layout_of(columns)
     ids = IdFactory(boxmq.SystemClock())
-    return messages.message_of(list(row.values()), layout, ids, topic, side_files)
+    envelope, body, _ = messages.message_of(list(row.values()), layout, ids, topic, side_files)
+    return envelope, body
 
 
 def test_a_row_carries_its_metadata_into_the_message() -> None:
@@ -382,10 +383,10 @@ def test_a_row_to_a_queue_keeps_no_topic_from_the_topic_column() -> None:
     columns = [("body", "binary"), ("topic", "string")]
     ids = IdFactory(boxmq.SystemClock())
     to_queue = messages.layout_of(columns, to_queue=True)
-    envelope, _ = messages.message_of([b"x", "sensors/r1/temp"], to_queue, ids, None)
+    envelope, _, _ = messages.message_of([b"x", "sensors/r1/temp"], to_queue, ids, None)
     assert (envelope.topic, envelope.group_key, envelope.properties) == (None, None, ())
     to_topics = messages.layout_of(columns)
-    envelope, _ = messages.message_of([b"x", "sensors/r1/temp"], to_topics, ids, None)
+    envelope, _, _ = messages.message_of([b"x", "sensors/r1/temp"], to_topics, ids, None)
     assert envelope.topic == "sensors/r1/temp"
 
 

@@ -36,7 +36,7 @@ from boxmq.model import (
     reserved_name,
 )
 from boxmq.store.names import encode
-from boxmq.store.side_files import SideFiles
+from boxmq.store.side_files import Placed, SideFiles
 from boxmq.store.v5_properties import (
     CORRELATION_DATA,
     RESPONSE_TOPIC,
@@ -185,10 +185,11 @@ def message_of(
     topic: str | None,
     side_files: SideFiles | None = None,
     session_zone: datetime.tzinfo | None = None,
-) -> tuple[Envelope, bytes]:
-    """The envelope and body of one row; `topic` (the sink's option) wins over the column.
-    Properties too long for the name go to a file in `side_files` (written now); with None,
-    such a row is refused. A TIMESTAMP_NTZ expiration is read in `session_zone` (Spark's
+) -> tuple[Envelope, bytes, Placed | None]:
+    """The envelope and body of one row, and the side file written for it; `topic` (the
+    sink's option) wins over the column. Properties too long for the name go to a file in
+    `side_files` (written now: withdrawn by the caller if the message's file is refused);
+    with None, such a row is refused. A TIMESTAMP_NTZ expiration is read in `session_zone` (Spark's
     session time zone), or in this process's local zone with None.
 
     InvalidArgument (naming the column) for a value that cannot be a message."""
@@ -220,7 +221,8 @@ def message_of(
         properties=properties,
     )
     envelope = _without_v5_echoes(envelope)
-    return _fitted(envelope, topic is not None, side_files), body
+    fitted, placed = _fitted(envelope, topic is not None, side_files)
+    return fitted, body, placed
 
 
 def _without_v5_echoes(envelope: Envelope) -> Envelope:
@@ -346,8 +348,11 @@ def _properties(
     return tuple(found)
 
 
-def _fitted(envelope: Envelope, fan_out: bool, side_files: SideFiles | None) -> Envelope:
-    """`envelope` as a name holds it: as it is, or with its properties in a side file."""
+def _fitted(
+    envelope: Envelope, fan_out: bool, side_files: SideFiles | None
+) -> tuple[Envelope, Placed | None]:
+    """`envelope` as a name holds it: as it is, or with its properties in a side file (and
+    that file, as written)."""
     limit = PUT_NAME_LIMIT - (_QOS_ROOM if fan_out else 0)
 
     def name_of(candidate: Envelope) -> str:
@@ -355,14 +360,14 @@ def _fitted(envelope: Envelope, fan_out: bool, side_files: SideFiles | None) -> 
 
     try:
         name_of(envelope)
-        return envelope
+        return envelope, None
     except MetadataTooLong as error:
         refused = error
     try:
-        moved, _, _ = spilled(envelope, side_files, name_of, refused)
+        moved, _, placed = spilled(envelope, side_files, name_of, refused)
     except MetadataTooLong as error:
         raise MetadataTooLong(
             f"boxmq sink: message {envelope.message_id}: {error}, or move them into the body "
             "(docs/file-format.md)"
         ) from None
-    return moved
+    return moved, placed

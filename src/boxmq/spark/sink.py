@@ -108,15 +108,24 @@ class _Writer:
             zone = session_zone(context.getLocalProperty(SESSION_TIME_ZONE))
         count = 0
         for row in rows:
-            envelope, body = message_of(row, self._layout, ids, self._topic, side_files, zone)
-            if self._destination.queue is None and envelope.property_value(TOPIC) is None:
-                raise InvalidArgument("boxmq sink: a row has a null topic; it cannot be sent")
-            # A generated id taken in this folder: draw another. A given id taken: it is the
-            # same message twice in this task, and a message name is published once.
-            while not write_staged(folder, encode(envelope), body):
-                if self._layout.message_id is not None and row[self._layout.message_id]:
-                    break
-                envelope = replace(envelope, message_id=ids.new())
+            envelope, body, placed = message_of(
+                row, self._layout, ids, self._topic, side_files, zone
+            )
+            try:
+                if self._destination.queue is None and envelope.property_value(TOPIC) is None:
+                    raise InvalidArgument("boxmq sink: a row has a null topic; it cannot be sent")
+                # A generated id taken in this folder: draw another. A given id taken: it is
+                # the same message twice in this task, and a message name is published once.
+                while not write_staged(folder, encode(envelope), body):
+                    if self._layout.message_id is not None and row[self._layout.message_id]:
+                        break
+                    envelope = replace(envelope, message_id=ids.new())
+            except BaseException:
+                # The task fails: a side file made for this row alone (its file refused by a
+                # full disk) stayed named by nothing until the hourly collection.
+                if placed is not None:
+                    side_files.withdraw(placed)
+                raise
             count += 1
         return Staged(job, folder, count)
 
