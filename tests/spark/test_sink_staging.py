@@ -13,7 +13,7 @@ import boxmq
 from boxmq.spark import messages
 from boxmq.spark.options import sink_options
 from boxmq.spark.sink import BoxMQBatchWriter
-from boxmq.store.side_files import SIDE_DIR
+from boxmq.store.side_files import SIDE_DIR, referenced
 
 
 def test_a_row_whose_file_the_disk_refuses_leaves_no_side_file_named_by_nothing(
@@ -21,7 +21,8 @@ def test_a_row_whose_file_the_disk_refuses_leaves_no_side_file_named_by_nothing(
 ) -> None:
     """Its properties, too long for a name, went to a side file; then the full disk refused
     the message file, failing the task, and the side file stayed named by nothing until the
-    hourly collection. The task Spark runs again writes it anew."""
+    hourly collection, beside the message file cut short where the disk refused it. The
+    task Spark runs again writes it anew."""
     columns = [("body", "binary"), ("properties", messages.STRING_MAP)]
     row = [b"x" * 20_000, {"trace": "t" * 300}]
     with small_disk(tmp_path / "disk") as disk:
@@ -34,6 +35,9 @@ def test_a_row_whose_file_the_disk_refuses_leaves_no_side_file_named_by_nothing(
             writer._stage(iter([row]), "job", None)
         side = root / SIDE_DIR
         assert (sorted(os.listdir(side)) if side.exists() else []) == []
+        # Nor a message file cut short, which named the side file withdrawn.
+        assert referenced(str(root)) == set()
+        assert [p for p in (root / ".spark").rglob("*") if p.is_file()] == []
         disk.free()
         staged = writer._stage(iter([row]), "job-2", None)  # the task run again
         assert staged.count == 1

@@ -96,8 +96,14 @@ def write_staged(directory: str, name: str, body: bytes) -> bool:
         view = memoryview(body)
         while view:
             view = view[os.write(fd, view) :]
-    finally:
+    except BaseException:
+        # A full disk: the task fails, and a file cut short stays out of its folder (it
+        # named its side file, withdrawn by the task: sink.py).
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
     return True
 
 
