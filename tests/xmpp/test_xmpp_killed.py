@@ -7,6 +7,7 @@ stays done, the node deleted gone (docs/xmpp.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from pathlib import Path
 
@@ -122,7 +123,7 @@ def test_every_publish_answered_of_a_stream_killed_at_a_random_moment_is_stored(
     data = tmp_path / "data"
     with boxmq.open(data, fsync="always") as box:
         box.queue("jobs")
-    delay = random.uniform(0.1, 0.6)
+    delay = random.uniform(0.0, 0.5)  # after the first answer
     answered: list[str] = []
     sent = 0
 
@@ -131,6 +132,7 @@ def test_every_publish_answered_of_a_stream_killed_at_a_random_moment_is_stored(
         async with clients(prosody, "carol") as [carol]:
             await _wait_for_service(carol)
             carol.timeout = 2.0  # what the component read before its kill is never answered
+            first_answer = asyncio.Event()
 
             async def publish(n: int) -> None:
                 try:
@@ -143,8 +145,16 @@ def test_every_publish_answered_of_a_stream_killed_at_a_random_moment_is_stored(
                 item = reply.find(f".//{{{ns.PUBSUB}}}item")
                 if reply.get("type") == "result" and item is not None:
                     answered.append(item.get("id", ""))
+                    first_answer.set()
 
             async def killer() -> None:
+                # The random moment counts from the first answer, not from the first send: a
+                # loaded machine took longer than the 0.1 s drawn to store and answer the
+                # first twenty publishes under fsync=always, and the kill came before any
+                # answer ("nothing answered"). None within the client's timeout: killed all
+                # the same, and the assertion below says so.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(first_answer.wait(), carol.timeout)
                 await asyncio.sleep(delay)
                 kill(first)
 
@@ -160,8 +170,10 @@ def test_every_publish_answered_of_a_stream_killed_at_a_random_moment_is_stored(
     finally:
         kill(first)
         first.communicate(timeout=10)
-    assert answered, f"nothing answered within {delay:.2f} s"
+    assert answered, "nothing answered before the kill"
     with boxmq.open(data, fsync="never") as box:
         stored = {peeked.envelope.message_id for peeked in box.queue("jobs").peek()}
     lost = [item for item in answered if item not in stored]
-    assert not lost, f"killed after {delay:.2f} s, {len(answered)} of {sent} answered: {lost}"
+    assert not lost, (
+        f"killed {delay:.2f} s after the first answer, {len(answered)} of {sent} answered: {lost}"
+    )
