@@ -78,10 +78,14 @@ def test_a_ctrl_c_while_it_waits_ends_it_with_130_and_no_traceback(root: Path) -
         # Python's handler, as a shell starts it with: the test's runner may ignore SIGINT.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    # Its subscription's record, written before it waits. (The wait looked for a folder
+    # "subscriptions" that no layout has, and so always ran out its 30 s.)
+    record = f"*/.subscriptions/client.cli-{waiting.pid}/.subscription"
     deadline = time.monotonic() + 30
-    while not (root / "subscriptions").exists() and time.monotonic() < deadline:
+    while not list((root / "topic-root").glob(record)):
+        assert time.monotonic() < deadline, "it never subscribed"
         time.sleep(0.02)
-    time.sleep(0.2)
+    time.sleep(0.2)  # into its wait for a message
     waiting.send_signal(signal.SIGINT)
     _, err = waiting.communicate(timeout=60)
     assert (waiting.returncode, err) == (130, "")
