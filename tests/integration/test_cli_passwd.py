@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from harness.output import read_until
 
 from boxmq.mqtt.passwords import PasswordFile
 
@@ -91,12 +91,18 @@ def _at_the_prompt(path: Path, *typed: bytes) -> subprocess.CompletedProcess[str
     ) as run:
         os.close(terminal)
         assert run.stderr is not None
-        for keys in typed:
-            shown = b""
-            while not shown.endswith(b": "):  # getpass flushes the terminal's input first
-                shown += run.stderr.read(1) or pytest.fail(f"no prompt, only {shown!r}")
-            os.write(main, keys)
-        out, err = run.communicate(timeout=60)
+        try:
+            for keys in typed:
+                # getpass flushes the terminal's input first: each keys once its prompt shows.
+                # A read with a deadline: a plain read(1) waited as long as a run that showed
+                # no prompt lived, and that run (waiting on the terminal) never ended.
+                shown = read_until(run.stderr, lambda said: said.endswith(b": "), 30, most=1)
+                assert shown.endswith(b": "), f"no prompt within 30 s, only {shown!r}"
+                os.write(main, keys)
+            out, err = run.communicate(timeout=60)
+        finally:
+            if run.poll() is None:  # left by a failed check: Popen's exit then waits for it
+                run.kill()
     os.close(main)
     return subprocess.CompletedProcess(command, run.returncode, out.decode(), err.decode())
 
