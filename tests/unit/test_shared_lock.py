@@ -20,6 +20,16 @@ def _start(lock: SharedLock, how: str) -> tuple[threading.Event, threading.Event
     return inside, leave
 
 
+def _until_an_exclusive_one_waits(lock: SharedLock) -> None:
+    """Until the exclusive holder just started waits in the lock: a started thread may not
+    have run that far yet on a loaded machine, and a shared holder that came before it went
+    in, as it may."""
+    deadline = time.monotonic() + 10
+    while not lock._waiting:
+        assert time.monotonic() < deadline, "the exclusive holder never came to the lock"
+        time.sleep(0.001)
+
+
 def test_shared_holders_enter_together_and_an_exclusive_one_waits_for_all_of_them() -> None:
     lock = SharedLock()
     first_in, first_leave = _start(lock, "shared")
@@ -27,6 +37,7 @@ def test_shared_holders_enter_together_and_an_exclusive_one_waits_for_all_of_the
     assert first_in.wait(10)
     assert second_in.wait(10)
     alone_in, alone_leave = _start(lock, "exclusive")
+    _until_an_exclusive_one_waits(lock)
     assert not alone_in.wait(0.2)
     first_leave.set()
     assert not alone_in.wait(0.2)  # one shared holder is still in
@@ -58,6 +69,7 @@ def test_a_thread_holding_a_share_takes_another_while_an_exclusive_one_waits() -
     threading.Thread(target=nested, daemon=True).start()
     assert outer_in.wait(10)
     alone_in, alone_leave = _start(lock, "exclusive")
+    _until_an_exclusive_one_waits(lock)
     assert not alone_in.wait(0.2)
     go_on.set()
     assert nested_in.wait(10)
