@@ -74,7 +74,10 @@ def test_the_config_file_chooses_the_root_and_a_typed_flag_wins(tmp_path: Path) 
     config = tmp_path / "etc" / "boxmq.toml"
     config.parent.mkdir()
     config.write_text('data = "../state"\nfsync = "never"\nsweep_interval = "50ms"\n')
-    log = _serve_until_ready("serve", "--config", str(config), cwd=tmp_path)
+    # On a free port: the default one, 1883, held by another broker of the machine or a test
+    # beside this one, stopped the serve before it was ready.
+    free = ("--mqtt", "127.0.0.1:0")
+    log = _serve_until_ready("serve", "--config", str(config), *free, cwd=tmp_path)
     assert (tmp_path / "state").is_dir()  # relative to the config file's folder
     assert "fsync=never" in log
     assert "sweeping every 50ms" in log  # as the config wrote it, not 0.05s
@@ -82,7 +85,7 @@ def test_the_config_file_chooses_the_root_and_a_typed_flag_wins(tmp_path: Path) 
     assert not (tmp_path / "data").exists()  # the default root was not used
 
     flags = ("--data", str(tmp_path / "flag"), "--fsync", "interval", "serve", "--config")
-    log = _serve_until_ready(*flags, str(config), "--sweep-interval", "2s", cwd=tmp_path)
+    log = _serve_until_ready(*flags, str(config), "--sweep-interval", "2s", *free, cwd=tmp_path)
     assert (tmp_path / "flag").is_dir()
     assert "fsync=interval" in log
     assert "sweeping every 2s" in log
