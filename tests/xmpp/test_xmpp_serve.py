@@ -371,8 +371,23 @@ def test_nothing_is_delivered_while_the_component_is_disconnected(
         ):
             await alice.subscribe(1)
             await bob.subscribe(1)
+            # Its reconnect (due 0.5 s after it noticed) waits for the checks below: a put
+            # and six rounds of the timer could take longer than that on a loaded machine,
+            # and the checks then ran with the server back.
+            back = asyncio.Event()
+            reconnect = running._reconnect
+            held: list[asyncio.Future[None]] = []  # the reconnect waiting (kept from the GC)
+
+            def reconnect_once_told() -> None:
+                async def when_told() -> None:
+                    await back.wait()
+                    reconnect()
+
+                held.append(asyncio.ensure_future(when_told()))
+
+            running._reconnect = reconnect_once_told  # type: ignore[method-assign]
             assert running.transport is not None
-            running.transport.abort()  # the server goes away; back in 0.5 s (the back-off)
+            running.transport.abort()  # the server goes away
             for _ in range(500):  # what comes before it notices, the door cannot know
                 if not running.connected.is_set():
                     break
@@ -381,6 +396,7 @@ def test_nothing_is_delivered_while_the_component_is_disconnected(
             await asyncio.sleep(0.3)  # six rounds of the timer
             assert not running.connected.is_set()
             assert jobs.counts().ready == 1  # waiting, not locked to someone who cannot hear
+            back.set()
             await asyncio.wait_for(running.connected.wait(), TIMEOUT)
             heard = await asyncio.wait_for(first_to_hear(alice, bob), TIMEOUT)
             first = heard.events.get_nowait()
