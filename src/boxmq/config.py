@@ -73,7 +73,7 @@ from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
 from boxmq.mqtt.tls import TlsFileError, server_context
 
-__all__ = ["Security", "ServeConfig", "load_config", "session_limit"]
+__all__ = ["FSYNC_POLICIES", "Security", "ServeConfig", "load_config", "session_limit"]
 
 FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)

@@ -16,11 +16,12 @@ from harness.output import read_until
 from harness.stopping import kill
 
 import boxmq
+from boxmq.config import FSYNC_POLICIES
 
 SAID_WITHIN = 30.0  # seconds for a CLI run to print its line
 
 
-@pytest.fixture(params=["always", "interval", "never"])
+@pytest.fixture(params=FSYNC_POLICIES)
 def fsync(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
