@@ -19,6 +19,7 @@ from typing import Final
 
 import pytest
 from tests.conftest import StuckCheck
+from tests.integration.mqtt.raw import connect_packet_311, packet, string
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -223,7 +224,7 @@ def test_a_certificate_out_of_its_dates_is_warned_of_by_file_and_date(
         )
 
 
-_CONNECT = bytes.fromhex("100c00044d5154540402003c0000")  # 3.1.1, clean, keep-alive 60, id ""
+_CONNECT = connect_packet_311("", keep_alive=60)
 _CONNACK = bytes.fromhex("20020000")
 
 
@@ -479,9 +480,7 @@ def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
 
 def _wrong_password(port: int, count: int) -> None:
     """`count` 3.1.1 CONNECTs with a password nobody has, each read to its refusal."""
-    connect = _packet(
-        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("dev-1") + _utf8("al") + _utf8("x")
-    )
+    connect = connect_packet_311("dev-1", keep_alive=60, username="al", password=b"x")
     for _ in range(count):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
             client.sendall(connect)
@@ -563,15 +562,6 @@ def test_a_client_certificate_of_another_ca_is_said_so(
     assert "self-signed certificate (it signed itself; give the client one signed" in failed[1]
 
 
-def _utf8(text: str) -> bytes:
-    return len(text.encode()).to_bytes(2, "big") + text.encode()
-
-
-def _packet(first: int, body: bytes) -> bytes:
-    assert len(body) < 128  # one byte of remaining length
-    return bytes([first, len(body)]) + body
-
-
 def test_a_client_certificate_names_its_user_for_the_acl(tmp_path: Path) -> None:
     """identity_as_username: the certificate's Common Name is the user name %u stands for,
     whatever user name and password the CONNECT brings (the password file knows nobody)."""
@@ -588,11 +578,9 @@ def test_a_client_certificate_names_its_user_for_the_acl(tmp_path: Path) -> None
         authenticator=PasswordFile.load(tmp_path / "passwd"),
         authorizer=Acl.load(tmp_path / "acl"),
     )
-    connect = _packet(  # 3.1.1, clean, user name "mallory" and a password
-        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("") + _utf8("mallory") + _utf8("x")
-    )
-    subscribe = _packet(
-        0x82, b"\x00\x01" + _utf8("users/alice/#") + b"\0" + _utf8("users/bob/#") + b"\0"
+    connect = connect_packet_311("", keep_alive=60, username="mallory", password=b"x")
+    subscribe = packet(  # 3.1.1: no properties
+        0x82, b"\x00\x01" + string("users/alice/#") + b"\0" + string("users/bob/#") + b"\0"
     )
 
     def as_alice(port: int) -> bytes:
@@ -633,9 +621,7 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
         listeners=(listener,), limits=Limits(connect_timeout=10), authenticator=stuck
     )
     clock = ManualClock()
-    connect = _packet(  # 3.1.1, clean, user name "carol" and a password
-        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("c1") + _utf8("carol") + _utf8("x")
-    )
+    connect = connect_packet_311("c1", keep_alive=60, username="carol", password=b"x")
 
     def silent(port: int) -> ssl.SSLSocket:
         """A client that sends its CONNECT and never reads (nor answers a close_notify)."""
@@ -676,9 +662,7 @@ def test_a_tls_client_refused_that_writes_first_still_reads_its_connack(tmp_path
     listener = Listener("127.0.0.1", 0, ssl=server_context(cert, key))
     settings = MqttSettings(listeners=(listener,), authenticator=_Nobody())
     closing = threading.Event()
-    connect = _packet(  # 3.1.1, clean, user name and password
-        0x10, _utf8("MQTT") + bytes([4, 0xC2, 0, 60]) + _utf8("id") + _utf8("al") + _utf8("x")
-    )
+    connect = connect_packet_311("id", keep_alive=60, username="al", password=b"x")
 
     def eager(port: int) -> bytes:
         with _tls_client(port, cert) as client:
