@@ -23,6 +23,8 @@ from harness.ports import free_port
 from harness.stopping import kill, stop
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
+from tests.waiting import WAIT as WAIT  # seconds any single expected event may take
+from tests.waiting import until, waited
 
 import boxmq
 from boxmq.client.box import Box
@@ -32,8 +34,6 @@ from boxmq.mqtt.session_record import read_record
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.process import process_token
 from boxmq.store.topics import read_records
-
-WAIT = 10.0  # seconds any single expected event may take
 
 # Every client paho() started, for stop_leftover_clients: a client whose test ends without
 # stopping it goes on reconnecting to its port, once a second, for the rest of the suite (170
@@ -201,29 +201,34 @@ def ready_watch(log_path: Path, said_from: int) -> Iterator[Callable[[], bool]]:
 def recorded_away(root: Path, client_id: str) -> None:
     """Wait until the session record of `client_id` says its connection closed: the broker
     writes it when it sees the close, which a SIGKILL must come after to find it written."""
-    deadline = time.monotonic() + WAIT
-    while (record := read_record(str(root), client_id)) is None or record.disconnected_at is None:
-        assert time.monotonic() < deadline, f"{client_id}: no close recorded within {WAIT} s"
-        time.sleep(0.02)
+
+    def closed() -> bool:
+        record = read_record(str(root), client_id)
+        return record is not None and record.disconnected_at is not None
+
+    until(closed, f"{client_id}: no close recorded within {WAIT} s", every=0.02)
 
 
 def recorded_will_sent(root: Path, client_id: str) -> None:
     """Wait until the session record of `client_id`, if it still has one, no longer holds a
     Will: the broker drops it once the Will was sent and written, so a next start does not
     send it again."""
-    deadline = time.monotonic() + WAIT
-    while (record := read_record(str(root), client_id)) is not None and record.will is not None:
-        assert time.monotonic() < deadline, f"{client_id}: its record still holds its Will"
-        time.sleep(0.02)
+
+    def dropped() -> bool:
+        record = read_record(str(root), client_id)
+        return record is None or record.will is None
+
+    until(dropped, f"{client_id}: its record still holds its Will", every=0.02)
 
 
 def record_deleted(root: Path, client_id: str) -> None:
     """Wait until the session record of `client_id` is gone: the broker deletes it last when
     the session ends."""
-    deadline = time.monotonic() + WAIT
-    while read_record(str(root), client_id) is not None:
-        assert time.monotonic() < deadline, f"the session of {client_id} did not end"
-        time.sleep(0.02)
+    until(
+        lambda: read_record(str(root), client_id) is None,
+        f"the session of {client_id} did not end",
+        every=0.02,
+    )
 
 
 def serve_fresh(
@@ -460,9 +465,7 @@ class AckedPublisher(threading.Thread, Generic[Label]):
         else:
             self.client.connect("127.0.0.1", port)
         self.client.loop_start()
-        deadline = time.monotonic() + WAIT
-        while not self.client.is_connected() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        waited(self.client.is_connected, every=0.01)
 
     def _on_publish(self, _c: Any, _u: Any, mid: int, reason: Any, _p: Any) -> None:
         if not reason.is_failure:
@@ -578,10 +581,7 @@ def marked_and_bound(running: RunningServer, why: str) -> None:
     the share group membership of a connected client that is not persistent."""
     root = running.root
     mark = root / ".mqtt" / "brokers" / process_token()
-    deadline = time.monotonic() + WAIT
-    while not mark.exists():
-        assert time.monotonic() < deadline, why
-        time.sleep(0.05)
+    until(mark.exists, why)
     np = paho(running, "np", v5=True)  # not persistent: its membership bound to us
     try:
         np.subscribe("$share/h/r/#", 1)

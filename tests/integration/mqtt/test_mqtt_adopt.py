@@ -10,7 +10,6 @@ session's own subscriptions (those its record names) come back and end as before
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tests.integration.mqtt.clients import (
     serving_fresh,
     subscriptions_on_disk,
 )
+from tests.waiting import waited
 
 import boxmq
 
@@ -45,12 +45,7 @@ def _keep(root: Path, filter: str, name: str) -> None:
 
 
 def _said(log: Path, words: str) -> bool:
-    deadline = time.monotonic() + WAIT
-    while words not in log.read_text(errors="replace"):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+    return waited(lambda: words in log.read_text(errors="replace"))
 
 
 def _read_all(root: Path, filter: str, name: str) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
 from tests.integration.mqtt.raw import connect_packet_311, packet, read, string
+from tests.waiting import until
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.settings import Limits, MqttSettings
@@ -211,11 +212,8 @@ def test_a_bad_packet_sent_in_a_loop_is_told_once_then_counted(
         return [m for m in caplog.messages if m.startswith("127.0.0.1") and "clos" in m]
 
     def told_then(count: int) -> list[str]:
-        deadline = time.monotonic() + WAIT
-        while len(lines := told()) < count:
-            assert time.monotonic() < deadline, lines
-            time.sleep(0.02)
-        return lines
+        until(lambda: len(told()) >= count, told, every=0.02)
+        return told()
 
     with (
         caplog.at_level(logging.INFO, logger="boxmq.mqtt"),

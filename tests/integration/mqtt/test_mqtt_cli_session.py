@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import (
-    WAIT,
     RunningServer,
     boxmq_cli,
     boxmq_cli_ok,
@@ -28,6 +26,7 @@ from tests.integration.mqtt.clients import (
     serving_fresh,
     subscriptions_on_disk,
 )
+from tests.waiting import until
 
 from boxmq.mqtt.session_record import read_record
 
@@ -56,10 +55,12 @@ def test_a_connected_mosquitto_sub_keeps_its_session(served: RunningServer) -> N
     command = ["timeout", "-k", "5", "60", "mosquitto_sub", "-h", served.host]
     command += ["-p", str(served.port), "-c", "-i", "laptop", "-q", "1", "-t", "a/#", "-C", "6"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as sub:
-        deadline = time.monotonic() + WAIT
-        while (record := read_record(str(root), "laptop")) is None or "a/#" not in record.options:
-            assert time.monotonic() < deadline, "mosquitto_sub never subscribed"
-            time.sleep(0.05)
+
+        def subscribed() -> bool:
+            record = read_record(str(root), "laptop")
+            return record is not None and "a/#" in record.options
+
+        until(subscribed, "mosquitto_sub never subscribed")
         cli = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "subscribe", "a/#"]
         cli += ["--name", "laptop", "--idle", "3"]
         with subprocess.Popen(

@@ -22,6 +22,7 @@ from tests.integration.mqtt.raw import (
     pubrel,
     read,
 )
+from tests.waiting import until
 
 from boxmq.mqtt import server as server_module
 from boxmq.mqtt.settings import Limits, MqttSettings
@@ -53,10 +54,7 @@ def _state(sock: socket.socket) -> int:
 
 def _wait_for_fin(sock: socket.socket) -> None:
     """Until the server has closed (its FIN came), without reading what came before it."""
-    deadline = time.monotonic() + 5
-    while _state(sock) != _CLOSE_WAIT:
-        assert time.monotonic() < deadline, "the server did not close"
-        time.sleep(0.005)
+    until(lambda: _state(sock) == _CLOSE_WAIT, "the server did not close", within=5, every=0.005)
 
 
 def _write_then_read(sock: socket.socket, data: bytes) -> list[tuple[int, bytes]]:

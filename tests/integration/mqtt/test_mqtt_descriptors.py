@@ -29,14 +29,11 @@ from tests.integration.mqtt.raw import (
     string,
     subscribe,
 )
+from tests.waiting import logged, until
 
 import boxmq
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.settings import Listener, MqttSettings
-
-
-def _messages(caplog: pytest.LogCaptureFixture, words: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if words in r.getMessage()]
 
 
 def test_out_of_descriptors_accepting_waits_is_told_once_and_resumes(
@@ -50,19 +47,20 @@ def test_out_of_descriptors_accepting_waits_is_told_once_and_resumes(
             # of the server's yet; its accept finds none left.
             client.connect((running.host, running.port))
             client.sendall(connect_packet("late", clean=True))
-            deadline = time.monotonic() + WAIT
-            while not _messages(caplog, "cannot accept"):
-                assert time.monotonic() < deadline, "the failed accept was not told"
-                time.sleep(0.01)
+            until(
+                lambda: logged(caplog, "cannot accept"),
+                "the failed accept was not told",
+                every=0.01,
+            )
             time.sleep(0.6)  # tries again meanwhile: each 0.25 s
         # Descriptors free: the client waiting is accepted and served.
         assert read(client)[0] == 0x20
-    [told] = _messages(caplog, "cannot accept")
+    [told] = logged(caplog, "cannot accept")
     assert "too many open files" in told
     assert "ulimit -n" in told
     # asyncio's own accept loop told each of 100 accepts in a row, and again at each retry.
     assert not [r for r in caplog.records if r.name == "asyncio"]
-    assert len(_messages(caplog, "accepting connections again")) == 1
+    assert len(logged(caplog, "accepting connections again")) == 1
 
 
 def test_a_connect_whose_session_record_cannot_be_read_is_refused_and_told(
@@ -76,7 +74,7 @@ def test_a_connect_whose_session_record_cannot_be_read_is_refused_and_told(
             client.sendall(connect_packet("short"))  # a persistent session: its record
             kind, body = read(client)
         assert (kind, body[:2]) == (0x20, b"\x00\x80")  # CONNACK: unspecified error
-    [told] = _messages(caplog, "refused: its session's record could not be read")
+    [told] = logged(caplog, "refused: its session's record could not be read")
     assert "EMFILE" in told
     assert "unspecified error (0x80)" in told
 

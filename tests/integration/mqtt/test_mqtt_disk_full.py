@@ -37,6 +37,7 @@ from tests.integration.mqtt.clients import (
     stop_process,
 )
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
+from tests.waiting import logged, until, waited
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.publishing import Publishing
@@ -266,12 +267,8 @@ def test_a_qos1_flood_on_a_full_disk_is_told_once_then_counted(
 
 def _logged(caplog: pytest.LogCaptureFixture, words: str, within: float = WAIT) -> list[str]:
     """The captured lines holding `words`, once there is one (a worker thread may log them)."""
-    deadline = time.monotonic() + within
-    while True:
-        lines = [r.getMessage() for r in caplog.records if words in r.getMessage()]
-        if lines or time.monotonic() > deadline:
-            return lines
-        time.sleep(0.05)
+    waited(lambda: logged(caplog, words), within=within)
+    return logged(caplog, words)
 
 
 def test_a_will_the_disk_refuses_is_logged_and_still_reaches_the_subscribers_in_memory(
@@ -571,10 +568,9 @@ def test_a_share_group_join_the_disk_refuses_leaves_no_member_that_keeps_the_gro
     assert set(members(str(group))) == {"first"}
     disk.free()
     first.stop()
-    deadline = time.monotonic() + WAIT
-    while group.exists():  # the last member out deletes the group
-        assert time.monotonic() < deadline, f"members left: {members(str(group))}"
-        time.sleep(0.02)
+    until(  # the last member out deletes the group
+        lambda: not group.exists(), lambda: f"members left: {members(str(group))}", every=0.02
+    )
 
 
 def test_a_broker_whose_mark_the_disk_refused_marks_itself_once_space_is_back(

@@ -32,6 +32,7 @@ from tests.integration.mqtt.clients import (
     serve_process,
     stop_process,
 )
+from tests.waiting import until, waited
 
 pytestmark = pytest.mark.slow
 
@@ -122,9 +123,7 @@ class _Publisher(threading.Thread):
 
 
 def _acked_past(publisher: _Publisher, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while len(publisher.acked) < count and time.monotonic() < deadline:
-        time.sleep(0.02)
+    waited(lambda: len(publisher.acked) >= count, within=30, every=0.02)
     assert len(publisher.acked) >= count, "the publisher did not get going again"
 
 
@@ -147,10 +146,11 @@ def _through_kills(tmp_path: Path, qos: int) -> tuple[set[str], Counter[str], Co
     ]
     publisher = _Publisher(target.port)
     try:
-        deadline = time.monotonic() + 30  # until all three subscribed: the group has members
-        while len(list(target.root.glob("topic-root/*/.subscriptions/*"))) < 2:
-            assert time.monotonic() < deadline, "mosquitto_sub did not subscribe"
-            time.sleep(0.05)
+        until(  # all three subscribed: the group has members
+            lambda: len(list(target.root.glob("topic-root/*/.subscriptions/*"))) >= 2,
+            "mosquitto_sub did not subscribe",
+            within=30,
+        )
         time.sleep(0.5)
         publisher.start()
         before = 0
@@ -310,17 +310,17 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 30
-        while not list(target.root.glob("topic-root/*/.subscriptions/*")):
-            assert time.monotonic() < deadline, "mosquitto_sub did not subscribe"
-            time.sleep(0.05)
+        until(
+            lambda: list(target.root.glob("topic-root/*/.subscriptions/*")),
+            "mosquitto_sub did not subscribe",
+            within=30,
+        )
         time.sleep(0.5)  # its SUBACK read
         gate.swallow = True
         _publish_qos2(target.port, "A")
-        deadline = time.monotonic() + 10
-        while not gate.swallowed:  # its PUBREC, which the server will never read
-            assert time.monotonic() < deadline, "mosquitto_sub did not answer the PUBLISH"
-            time.sleep(0.01)
+        until(  # its PUBREC, which the server will never read
+            lambda: gate.swallowed, "mosquitto_sub did not answer the PUBLISH", every=0.01
+        )
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=20)
         gate.swallow = False
@@ -329,10 +329,9 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
         time.sleep(0.5)  # its PUBCOMP read: the packet id is free
         if then != "at once":
             gate.cut()  # (mosquitto_sub ends at a server's DISCONNECT: no SIGTERM here)
-            deadline = time.monotonic() + 10
-            while gate.accepted < 3:  # back: its CONNECT writes a record naming no id
-                assert time.monotonic() < deadline, "mosquitto_sub did not connect again"
-                time.sleep(0.05)
+            until(  # back: its CONNECT writes a record naming no id
+                lambda: gate.accepted >= 3, "mosquitto_sub did not connect again"
+            )
             time.sleep(0.5)
             os.kill(server.pid, signal.SIGKILL)
             server.wait(timeout=20)

@@ -22,6 +22,7 @@ from tests.integration.mqtt.clients import (
     start_server,
 )
 from tests.integration.mqtt.raw import connect_packet_311, packet, string
+from tests.waiting import until
 
 from boxmq.clock import ManualClock
 
@@ -216,10 +217,11 @@ def test_a_share_group_ended_and_made_again_gets_what_another_process_publishes_
                 if how == "unsubscribe":
                     member.unsubscribe("$share/g/jobs/#")
                 member.stop()
-                deadline = time.monotonic() + WAIT  # its session ended: the group with it
-                while any(running.root.glob("topic-root/*/.subscriptions/share.g")):
-                    assert time.monotonic() < deadline, "the group outlived its last member"
-                    time.sleep(0.02)
+                until(  # its session ended: the group with it
+                    lambda: not any(running.root.glob("topic-root/*/.subscriptions/share.g")),
+                    "the group outlived its last member",
+                    every=0.02,
+                )
 
 
 def test_a_subscription_folder_made_again_by_hand_is_watched_again(tmp_path: Path) -> None:

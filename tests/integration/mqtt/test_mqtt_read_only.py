@@ -27,6 +27,7 @@ from tests.integration.mqtt.clients import (
     start_server,
     stop_process,
 )
+from tests.waiting import until
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.session_record import SessionRecord, read_record
@@ -49,10 +50,7 @@ def _until_told(
 ) -> None:
     """Wait until `times` of the captured lines are `told` (the server logs from its own
     thread); `why` fails the wait."""
-    deadline = time.monotonic() + WAIT
-    while sum(map(told, caplog.messages)) < times:
-        assert time.monotonic() < deadline, why
-        time.sleep(0.05)
+    until(lambda: sum(map(told, caplog.messages)) >= times, why)
 
 
 def _back_refused(line: str) -> bool:
@@ -338,14 +336,16 @@ def test_a_refused_close_of_a_session_resumed_after_a_restart_is_written_again(
                 dropped_at = time.time()
                 drop(client)
                 _until_told(caplog, _back_refused, "no close refused", times=2)
-            deadline = time.monotonic() + WAIT
-            while (
-                (record := read_record(str(root), "back")) is None
-                or record.disconnected_at is None
-                or record.disconnected_at < dropped_at
-            ):
-                assert time.monotonic() < deadline, f"close not written again: {record}"
-                time.sleep(0.05)
+
+            def closed_again() -> bool:
+                record = read_record(str(root), "back")
+                closed = record.disconnected_at if record is not None else None
+                return closed is not None and closed >= dropped_at
+
+            until(
+                closed_again,
+                lambda: f"close not written again: {read_record(str(root), 'back')}",
+            )
         assert "client back: its session record is written now, its close with it" in (
             caplog.messages
         )

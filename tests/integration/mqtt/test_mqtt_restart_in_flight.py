@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,6 +40,7 @@ from tests.integration.mqtt.raw import (
     subscribe,
     take_publishes,
 )
+from tests.waiting import waited
 
 from boxmq.mqtt.session_record import read_record
 
@@ -109,13 +109,6 @@ def _restart(
     server.send_signal(how)
     server.wait(timeout=20)
     return serve_process(target.root, target.port, *args)
-
-
-def _waited(condition: Callable[[], bool]) -> None:
-    """Until `condition` holds, 10 s at most (what the caller needs of it, it asserts)."""
-    deadline = time.monotonic() + 10
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
 
 
 def _sent_in_record(target: RunningServer, client_id: str) -> int:
@@ -277,7 +270,7 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
         assert [m.payload for m in held] == [b"held1", b"held2", b"held3"]
         device.close()  # its session's record names what was in flight, and under which ids
         # A SIGKILL must come after the close is written.
-        _waited(lambda: _sent_in_record(target, "device") > 0)
+        waited(lambda: _sent_in_record(target, "device") > 0)
         server = _restart(server, how, target)
         device, present = open_raw(target, "device", clean=False, expiry=300)
         assert present
@@ -454,7 +447,7 @@ def test_a_qos1_message_whose_expiry_ran_out_over_a_restart_is_sent_again_with_a
         assert [(m[0], m[2]) for m in held] == [(b"short", False), (b"long", False)]
         device.close()
         # A SIGKILL must come after the close is written.
-        _waited(lambda: _sent_in_record(target, "device") == 2)
+        waited(lambda: _sent_in_record(target, "device") == 2)
         time.sleep(max(0.0, published + 1.5 - time.monotonic()))  # "short" is past its interval
         server = _restart(server, how, target)
         device, present = open_raw(target, "device", clean=False, expiry=300)
@@ -507,7 +500,7 @@ def test_a_share_group_left_holding_a_message_that_expires_over_a_restart_is_lef
         assert (payload, dup, left) == (b"short", True, 1)
         assert (members / "leaver").exists()  # it holds the message still
         leaver.sendall(puback(packet_id))
-        _waited(lambda: not (members / "leaver").exists())
+        waited(lambda: not (members / "leaver").exists())
         assert not (members / "leaver").exists()  # the group's last member: it ended too
         leaver.close()
     finally:

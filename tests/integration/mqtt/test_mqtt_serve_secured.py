@@ -23,10 +23,10 @@ from harness.ports import free_port, free_ports
 from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
 from tests.integration.mqtt.raw import connect_packet_311, string
+from tests.waiting import WAIT, until
 
 from boxmq.mqtt.passwords import set_password
 
-WAIT = 10.0
 SUBACK_REFUSED = 0x80  # MQTT 3.1.1 §3.9.3 and 5.0 §3.9.3: Failure / Unspecified error
 CONNACK_REFUSED = (4, 5, 0x86, 0x87)  # bad user name or password / not authorized, 3.1.1 and 5.0
 
@@ -271,13 +271,12 @@ def _address(sock: socket.socket) -> str:
 def _logged(served: Served, line: str, *, after: int = 0) -> str:
     """The first line of the server's log that holds `line`, after the `after` lines that
     held it before, once it is written."""
-    deadline = time.monotonic() + WAIT
-    while True:
-        found = [text for text in served.log.read_text().splitlines() if line in text]
-        if len(found) > after:
-            return found[after]
-        assert time.monotonic() < deadline, f"{line!r} not in:\n{served.log.read_text()}"
-        time.sleep(0.05)
+
+    def found() -> list[str]:
+        return [text for text in served.log.read_text().splitlines() if line in text]
+
+    until(lambda: len(found()) > after, lambda: f"{line!r} not in:\n{served.log.read_text()}")
+    return found()[after]
 
 
 # The address the handshakes of test_failed_tls_handshakes_are_logged_with_the_peer_and_the_reason

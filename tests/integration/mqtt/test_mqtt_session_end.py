@@ -24,6 +24,7 @@ from tests.integration.mqtt.raw import (
     read,
     string,
 )
+from tests.waiting import logged
 
 from boxmq.mqtt.session_record import read_record, records_folder
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
@@ -158,10 +159,6 @@ def _subscribed(running: RunningServer, client_id: str) -> list[str]:
     return sorted(text for text, _ in running.box.topics.subscribed(consumer_name(client_id)))
 
 
-def _logged(caplog: pytest.LogCaptureFixture, words: str) -> list[str]:
-    return [r.getMessage() for r in caplog.records if words in r.getMessage()]
-
-
 def test_a_subscription_the_disk_will_not_delete_leaves_the_rest_of_an_expiry_done(
     server: RunningServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -177,7 +174,7 @@ def test_a_subscription_the_disk_will_not_delete_leaves_the_rest_of_an_expiry_do
         time.sleep(0.05)
     assert read_record(str(server.root), "brief") is None  # the session's end went on
     assert _subscribed(server, "brief") == ["a/#"]  # only what the disk refused is left
-    [line] = _logged(caplog, "client brief: its session ended, but deleting its subscription")
+    [line] = logged(caplog, "client brief: its session ended, but deleting its subscription")
     assert "to a/# failed" in line
     assert "EIO" in line
 
@@ -194,7 +191,7 @@ def test_a_session_record_the_disk_will_not_delete_does_not_keep_a_clean_start_w
     try:
         assert not back.session_present
         assert _subscribed(server, "again") == []  # the old session's end went on
-        lines = _logged(caplog, "client again: its session ended, but deleting its session")
+        lines = logged(caplog, "client again: its session ended, but deleting its session")
         assert lines
         assert all("EIO" in line for line in lines)
     finally:

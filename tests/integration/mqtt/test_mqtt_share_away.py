@@ -24,6 +24,7 @@ from tests.integration.mqtt.raw import (
     subscribe,
     take_publishes,
 )
+from tests.waiting import until
 
 GROUP = "$share/workers/jobs/#"
 # Each PUBLISH a member is expected to get is waited for with `take_publishes` (up to 10 s on a
@@ -145,10 +146,8 @@ def test_settling_what_a_left_subscription_sent_is_no_warning(
                 assert read(leaving)[0] == 0x62  # PUBREL: the exchange goes on
         publisher.publish("orders/late", b"after", qos)  # not the subscription's any more
         assert publishes(leaving, within=0.5) == []
-        deadline = time.monotonic() + 10
-        while len(settled := _settling(caplog)) < 3:
-            assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
-            time.sleep(0.05)
+        until(lambda: len(_settling(caplog)) >= 3, lambda: caplog.messages)
+        settled = _settling(caplog)
     assert [r.levelno for r in settled] == [logging.DEBUG] * 3, [r.getMessage() for r in settled]
     assert all("of a subscription it left" in r.getMessage() for r in settled)
     leaving.close()
@@ -233,10 +232,8 @@ def test_settling_what_a_left_subscription_sent_is_no_warning_once_subscribed_ag
         if qos == 2:
             for _ in sent:
                 assert read(leaving)[0] == 0x62  # PUBREL: the exchange goes on
-        deadline = time.monotonic() + 10
-        while len(settled := _settling(caplog)) < 3:
-            assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
-            time.sleep(0.05)
+        until(lambda: len(_settling(caplog)) >= 3, lambda: caplog.messages)
+        settled = _settling(caplog)
         publisher.publish("orders/late", b"after", qos)  # the new subscription's
         assert [m.payload for m in take_publishes(leaving, 1)] == [b"after"]
     assert [r.levelno for r in settled] == [logging.DEBUG] * 3, [r.getMessage() for r in settled]

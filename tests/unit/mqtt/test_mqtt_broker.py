@@ -24,6 +24,7 @@ import pytest
 from tests.conftest import HeldFlush, StuckCheck
 from tests.processes import dead_token
 from tests.unit.mqtt.peers import Peer, connect_peer, run_broker
+from tests.waiting import until_async
 
 import boxmq
 from boxmq.client import assured as assured_module
@@ -114,16 +115,7 @@ def _connack(
 async def _until(condition: Callable[[], bool]) -> None:
     # What is waited for often follows an fsync or a one-second timer: 20 s, not 2, for a
     # loaded machine.
-    await _until_within(20, condition)
-
-
-async def _until_within(seconds: float, condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out")
+    await until_async(condition, within=20)
 
 
 def _files(root: Path) -> list[str]:
@@ -1519,7 +1511,7 @@ def test_a_will_delayed_past_its_session_goes_with_its_end_not_a_tick_before(
         for at in (record.will_due, record.will_due + 1):  # the first: a tick before the end
             broker.tick(at)
             with contextlib.suppress(AssertionError):
-                await _until_within(0.2, lambda: bool(watcher.inbox))
+                await until_async(lambda: bool(watcher.inbox), within=0.2)
                 break
         assert _will_sent(watcher) == [b"gone"]
         _, connack = _connack(broker, "dev", clean=False, session_expiry_interval=10)

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Final
@@ -20,6 +20,7 @@ from typing import Final
 import pytest
 from tests.conftest import StuckCheck
 from tests.integration.mqtt.raw import connect_packet_311, packet, string
+from tests.waiting import until_async
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -301,16 +302,6 @@ def _stall(port: int, count: int) -> list[socket.socket]:
     return stalled
 
 
-async def _until(condition: Callable[[], bool]) -> None:
-    """Wait, a few milliseconds at a time, for what the server does on its own loop."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("timed out")
-
-
 def test_tls_handshakes_under_way_count_against_max_connections(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -327,14 +318,14 @@ def test_tls_handshakes_under_way_count_against_max_connections(
             port,
         ):
             stalled = await asyncio.to_thread(_stall, port, 5)
-            await _until(lambda: server.broker.handshaking == 5)
+            await until_async(lambda: server.broker.handshaking == 5)
             [refused] = await asyncio.to_thread(_stall, port, 1)
             with contextlib.suppress(ConnectionResetError):  # closed with its byte unread
                 assert await asyncio.to_thread(refused.recv, 1) == b""  # at once, not in 0.5 s
             assert server.broker.handshaking == 5
             [line] = [m for m in caplog.messages if "max_connections" in m]
             assert "refused: 5 connection(s) already (5 in their TLS handshake)" in line
-            await _until(lambda: server.broker.handshaking == 0)  # their connect_timeout
+            await until_async(lambda: server.broker.handshaking == 0)  # their connect_timeout
             [client] = await asyncio.to_thread(_mqtt_over_tls, port, cert, 1)
             assert server.broker.handshaking == 0  # the client counts as one connection
             for sock in [*stalled, refused, client]:
@@ -366,10 +357,10 @@ def test_a_tls_socket_the_server_closes_frees_its_slot_without_its_clients_answe
         settings = MqttSettings(listeners=(listener,), limits=limits)
         async with _serving(tmp_path, settings, clock) as (server, port):
             stalling = await asyncio.to_thread(silent, port)
-            await _until(lambda: bool(server.broker._clients))
+            await until_async(lambda: bool(server.broker._clients))
             clock.advance(11)
             server.broker.tick(clock.now())  # no CONNECT within 10 s: closed
-            await _until(lambda: not server.broker._clients)  # in 0.2 s, not 30
+            await until_async(lambda: not server.broker._clients)  # in 0.2 s, not 30
             [client] = await asyncio.to_thread(_mqtt_over_tls, port, cert, 1)
             for sock in (stalling, client):
                 sock.close()
@@ -391,11 +382,11 @@ def test_the_connect_timeout_of_a_tls_socket_counts_from_its_accept(tmp_path: Pa
         settings = MqttSettings(listeners=(listener,), limits=limits)
         async with _serving(tmp_path, settings, clock) as (server, port):
             plain = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", port), 10)
-            await _until(lambda: server.broker.handshaking == 1)
+            await until_async(lambda: server.broker.handshaking == 1)
             clock.advance(6)  # a slow handshake
             wrap = _client(cert).wrap_socket
             client = await asyncio.to_thread(wrap, plain, server_hostname="localhost")
-            await _until(lambda: bool(server.broker._clients))
+            await until_async(lambda: bool(server.broker._clients))
             clock.advance(5)  # 11 s since its accept, 5 since its handshake
             server.broker.tick(clock.now())
             with contextlib.suppress(ConnectionError):
@@ -421,11 +412,11 @@ def test_tls_handshakes_under_way_share_the_read_buffer(tmp_path: Path) -> None:
     async def grown_per_handshake() -> float:
         async with _serving(tmp_path, MqttSettings(listeners=(listener,))) as (server, port):
             stalled = await asyncio.to_thread(_stall, port, 1)  # makes the shared buffer
-            await _until(lambda: server.broker.handshaking == 1)
+            await until_async(lambda: server.broker.handshaking == 1)
             tracemalloc.start()
             try:
                 stalled += await asyncio.to_thread(_stall, port, _MEASURED)
-                await _until(lambda: server.broker.handshaking == _MEASURED + 1)
+                await until_async(lambda: server.broker.handshaking == _MEASURED + 1)
                 await asyncio.sleep(0.05)  # their ClientHello's first bytes read
                 grown = tracemalloc.get_traced_memory()[0]
             finally:
@@ -633,12 +624,12 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
         async with _serving(tmp_path, settings, clock) as (server, port):
             client = await asyncio.to_thread(silent, port)
             broker = server.broker
-            await _until(lambda: any(c.checking for c in broker._clients.values()))
+            await until_async(lambda: any(c.checking for c in broker._clients.values()))
             clock.advance(11)
             with caplog.at_level(logging.INFO, "boxmq.mqtt"):
                 broker.tick(clock.now())  # closed: its password still waits
                 stuck.release.set()
-                await _until(lambda: broker._checks.running == 0)
+                await until_async(lambda: broker._checks.running == 0)
                 await asyncio.sleep(0.05)  # the check's answer, on the loop
             assert broker._links == {}
             client.close()
@@ -680,7 +671,7 @@ def test_a_tls_client_refused_that_writes_first_still_reads_its_connack(tmp_path
         async with _serving(tmp_path, settings) as (server, port):
             answer = asyncio.create_task(asyncio.to_thread(eager, port))
             clients = server.broker._clients  # the refused one is there until its close ends
-            await _until(lambda: not clients or any(map(_closing, clients)))
+            await until_async(lambda: not clients or any(map(_closing, clients)))
             closing.set()
             return await answer
 
@@ -717,7 +708,7 @@ def test_the_count_of_failed_handshakes_keeps_its_interval_across_a_step_of_the_
                 assert counted() == []
                 wall.advance(5)
                 steady.advance(5)
-                await _until(lambda: bool(counted()))
+                await until_async(lambda: bool(counted()))
                 stop.set()
                 await ticking
             finally:
@@ -743,11 +734,11 @@ def test_a_wall_clock_stepped_forward_during_a_tls_handshake_does_not_close_its_
         settings = MqttSettings(listeners=(listener,), limits=Limits(connect_timeout=10))
         async with _serving(tmp_path, settings, wall, steady) as (server, port):
             plain = await asyncio.to_thread(socket.create_connection, ("127.0.0.1", port), 10)
-            await _until(lambda: server.broker.handshaking == 1)
+            await until_async(lambda: server.broker.handshaking == 1)
             wall.advance(3600)  # the monotonic clock does not move
             wrap = _client(cert).wrap_socket
             client = await asyncio.to_thread(wrap, plain, server_hostname="localhost")
-            await _until(lambda: bool(server.broker._clients))
+            await until_async(lambda: bool(server.broker._clients))
             server.broker.tick(wall.now())
             client.sendall(_CONNECT)
             assert await asyncio.to_thread(client.recv, 4) == _CONNACK
