@@ -559,6 +559,13 @@ def test_the_delete_of_a_node_that_does_not_exist_names_the_node_not_the_folder(
     assert "boxmq ls" not in text, text
 
 
+def _deleted_elsewhere(root: Path) -> None:
+    """`boxmq delete jobs` while the door runs: the queue deleted by another process's box,
+    which this service learns of only from the disk."""
+    with boxmq.open(root, fsync="never") as other:
+        other.delete_queue("jobs")
+
+
 def _deletes(wire: Wire) -> list[str]:
     """To whom a <delete node='jobs'/> event went."""
     path = f"{{{ns.PUBSUB_EVENT}}}event/{{{ns.PUBSUB_EVENT}}}delete"
@@ -574,8 +581,7 @@ def test_a_queue_deleted_by_another_process_is_a_topic_node_again(wire: Wire, ro
     wire.subscribe(BOB, 1)
     wire.publish()
     wire.events()
-    with boxmq.open(root, fsync="never") as other:  # another process's box
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     wire.publish()  # published to the topic `jobs`: no subscriber of it, so dropped
     assert _deletes(wire) == [BOB]  # told as for a delete over XMPP, then unsubscribed
     assert wire.subscribe(BOB, 1).get("type") == "result"  # the topic's, now
@@ -588,8 +594,7 @@ def test_a_queue_deleted_by_another_process_ends_its_subscriptions_here(
 ) -> None:
     wire.create()
     wire.subscribe(BOB, 1)
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     assert wire.subscribe(ALICE, 1).get("type") == "result"  # to the topic
     assert _deletes(wire) == [BOB]
     item = wire.publish()
@@ -625,8 +630,7 @@ def test_a_queue_deleted_by_another_process_is_not_found_by_an_owner_request(
     # so no owner was checked. The node does not exist (XEP-0060 §8.4.3, §8.2.3.4).
     wire.create()
     wire.subscribe(BOB, 1)
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     reply = wire.iq(
         CAROL,  # not the owner: forbidden, while the queue was there
         f"<pubsub xmlns='{OWNER}'><{asks} node='jobs'/></pubsub>",
@@ -734,8 +738,7 @@ def test_a_queue_deleted_by_another_process_nobody_subscribed_to_is_answered_as_
     # Deleted elsewhere, `jobs` is answered as `never`, a node that was never a queue.
     wire.create()
     wire.publish()
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     request = _ABOUT_A_NODE[asks]
     answers = [
         _answer(
@@ -761,8 +764,7 @@ def test_disco_items_of_a_queue_deleted_by_another_process_tells_its_subscribers
     wire.subscribe(BOB, 1)
     wire.publish()
     wire.events()
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_ITEMS}' node='jobs'/>", type="get")
     assert reply.get("type") == "result"
     assert list(reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))) == []
@@ -776,8 +778,7 @@ def test_disco_info_of_a_queue_deleted_by_another_process_tells_its_subscribers(
     # subscribers waited for the timer's round (Smack's getNode asks disco#info first).
     wire.create()
     wire.subscribe(BOB, 1)
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     reply = wire.iq(ALICE, f"<query xmlns='{ns.DISCO_INFO}' node='jobs'/>", type="get")
     assert reply.get("type") == "result"  # the topic of that name, a leaf too
     assert _deletes(wire) == [BOB]
@@ -787,8 +788,7 @@ def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Pa
     # no request to the node at all: the timer's round finds it (once a second, as sweeps go)
     wire.create()
     wire.subscribe(BOB, 1)
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     wire.service.expire(time.time() + 2)
     assert _deletes(wire) == [BOB]
 
@@ -803,8 +803,7 @@ def test_a_clock_stepped_back_does_not_put_off_the_timers_look_for_deleted_queue
     wire.subscribe(BOB, 1)
     now = time.time()
     wire.service.expire(now)  # its look: the next in a second
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     wire.service.expire(now + 2 - 3600)  # two seconds on, stepped back an hour
     assert _deletes(wire) == [BOB]
 
@@ -816,8 +815,7 @@ def test_qos_to_a_queue_deleted_by_another_process_goes_to_the_topic(
     # assured made the deleted queue again, where a node that names no queue is a topic
     wire.create()
     wire.publish()
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     reply = wire.iq(CAROL, _wrapped("acknowledged", None, "1"), to=NODE_AT)
     assert reply.get("type") == "result"
     reply = wire.iq(CAROL, _wrapped("assured", "m1", "2"), to=NODE_AT)
