@@ -17,6 +17,7 @@ import pytest
 from harness.ports import free_port
 from harness.prosody import SECRET, SERVICE, TIMEOUT, Prosody, clients, first_to_hear
 from harness.stopping import kill, stop
+from tests.waiting import logged
 from tests.xmpp.clients import component
 
 import boxmq
@@ -486,7 +487,7 @@ def test_an_unreachable_server_is_logged_and_retried_within_reconnect_max(
 
     with caplog.at_level(logging.WARNING, logger="boxmq.xmpp"):
         run(scenario())
-    failures = [r.getMessage() for r in caplog.records if "cannot reach" in r.getMessage()]
+    failures = logged(caplog, "cannot reach")
     assert len(failures) >= 4, failures  # about one a second (before: 2, at 0 s and 3 s)
     assert f"127.0.0.1:{port}" in failures[0]
     assert "--xmpp-server" in failures[0]
@@ -519,7 +520,7 @@ def test_the_component_is_logged_by_its_domain_and_the_typed_name_said_once(
 
     with caplog.at_level(logging.INFO, logger="boxmq.xmpp"):
         run(scenario())
-    typed_lines = [r.getMessage() for r in caplog.records if typed in r.getMessage()]
+    typed_lines = logged(caplog, typed)
     # once per start, each saying which domain it serves
     assert len(typed_lines) == 2, typed_lines
     assert all(f"as {SERVICE}" in line for line in typed_lines), typed_lines

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import WAIT, RunningServer, paho, start_server
 from tests.integration.mqtt.raw import connect_packet_311, packet, read, string
-from tests.waiting import until
+from tests.waiting import logged, until
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.settings import Limits, MqttSettings
@@ -193,7 +193,7 @@ def test_a_bad_connect_is_answered_then_closed(
     sent return code 0x01, and a reason code for one sent nothing."""
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         assert _exchange(server, connect).hex() == answer
-    [line] = [r.getMessage() for r in caplog.records if ": closing: " in r.getMessage()]
+    [line] = logged(caplog, ": closing: ")
     assert line.endswith(f" ({told})"), line
 
 
@@ -400,7 +400,7 @@ def test_a_connack_over_the_clients_maximum_packet_size_is_never_sent(
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         got = _exchange(server, _connect_limited(client_id, limit))
     assert got.hex() == answer.replace(" ", "")
-    [line] = [r.getMessage() for r in caplog.records if "Maximum Packet Size" in r.getMessage()]
+    [line] = logged(caplog, "Maximum Packet Size")
     assert f"Maximum Packet Size of {limit} bytes" in line, line
 
 

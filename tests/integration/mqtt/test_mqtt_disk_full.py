@@ -393,7 +393,7 @@ def test_a_persistent_session_whose_record_the_disk_refuses_is_refused_at_connac
                 expect=QUOTA_EXCEEDED if v5 else SERVER_UNAVAILABLE_V311,
             )
             refused.stop()
-        [line] = [r.getMessage() for r in caplog.records if "client kept refused" in r.getMessage()]
+        [line] = logged(caplog, "client kept refused")
         assert "ENOSPC (No space left on device); the file system is full" in line, line
         # Under fsync=always it was said connected while its record was on its way.
         assert not any("client kept connected" in r.getMessage() for r in caplog.records)
@@ -588,7 +588,7 @@ def test_a_broker_whose_mark_the_disk_refused_marks_itself_once_space_is_back(
         with caplog.at_level(logging.WARNING, logger="boxmq.mqtt"):
             running = start_server(root)
         try:
-            [line] = [r.getMessage() for r in caplog.records if "brokers" in r.getMessage()]
+            [line] = logged(caplog, "brokers")
             assert f"the store failed at {root}/.mqtt/brokers" in line, line
             assert "ENOSPC (No space left on device)" in line, line
             disk.free()

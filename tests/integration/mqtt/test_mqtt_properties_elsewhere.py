@@ -34,6 +34,7 @@ from tests.integration.mqtt.clients import (
     put_file,
     start_server,
 )
+from tests.waiting import logged
 
 from boxmq.model import V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
 from boxmq.store.names import encode
@@ -308,7 +309,7 @@ def test_a_property_a_script_wrote_in_bytes_that_are_not_utf8_is_left_out_the_me
         received = keeper.next()
     assert (received.topic, received.payload, received.qos) == ("jobs/a", b"whole", 1)
     assert received.properties.UserProperty == [("tenant", "acme")]
-    warned = [r.getMessage() for r in caplog.records if "message m1" in r.getMessage()]
+    warned = logged(caplog, "message m1")
     assert len(warned) == 2
     assert "'k'" in warned[0]
     assert "'n\\xff'" in warned[1]

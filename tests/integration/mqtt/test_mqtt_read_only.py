@@ -27,7 +27,7 @@ from tests.integration.mqtt.clients import (
     start_server,
     stop_process,
 )
-from tests.waiting import until
+from tests.waiting import logged, until
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.session_record import SessionRecord, read_record
@@ -119,7 +119,7 @@ def test_a_broker_started_read_only_marks_itself_once_the_disk_is_writable_again
             marked_and_bound(running, "no mark once the disk was writable")
         finally:
             running.shutdown()
-    told = [r.getMessage() for r in caplog.records if "/.mqtt/brokers" in r.getMessage()]
+    told = logged(caplog, "/.mqtt/brokers")
     assert len(told) == 2, told  # refused once, then made
     assert "EROFS (Read-only file system)" in told[0], told
     assert told[1].endswith("/.mqtt/brokers at last"), told
@@ -144,7 +144,7 @@ def test_a_session_end_the_disk_refused_is_finished_once_it_is_writable_again(
             time.sleep(1.5)  # ticks, each of which may try the end again
         record_deleted(root, "gone")
     assert not (root / "topic-root" / "g%2F%23" / ".subscriptions" / "client.gone").exists()
-    refused = [m for m in caplog.messages if "so that is left on disk" in m]
+    refused = logged(caplog, "so that is left on disk")
     assert len(refused) == 2, refused  # its subscription, its record: once each
     assert "client gone: what its session's end left on disk is deleted now" in caplog.messages
     assert "gone" not in boxmq_cli_ok(root, "session", "ls")

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from tests.integration.mqtt.clients import WAIT, OnlyAlice, RunningServer, drop, paho, start_server
 from tests.integration.mqtt.raw import connect_packet_311
+from tests.waiting import logged
 
 from boxmq.mqtt.settings import Limits, MqttSettings
 
@@ -128,12 +129,12 @@ def test_max_connections(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> No
         first.publish("still/works", b"x", 1)
         first.stop()
         paho(running, "next").stop()  # its place free: accepted again, and that is told
-    [refused] = [r.getMessage() for r in caplog.records if "refused:" in r.getMessage()]
+    [refused] = logged(caplog, "refused:")
     # The operator reads which setting to raise, as the config file spells it.
     assert "refused: 1 connection(s) already, [mqtt.limits] max_connections = 1 (told once" in (
         refused
     )
-    [again] = [r.getMessage() for r in caplog.records if "accepted again under" in r.getMessage()]
+    [again] = logged(caplog, "accepted again under")
     assert again.endswith("max_connections = 1 (3 refused meanwhile)")
 
 

@@ -48,6 +48,7 @@ from tests.integration.mqtt.raw import (
     take_publishes,
 )
 from tests.processes import dead_token
+from tests.waiting import logged
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt import claim_wait
@@ -601,7 +602,7 @@ def test_a_claim_held_by_a_stopped_server_keeps_a_connect_waiting_but_not_the_ot
             clock.advance(claim_wait.CLAIM_PATIENCE)
             kind, body = read(waiting)
         assert (kind, body[1]) == (0x20, 0x89)  # CONNACK, server busy
-        [line] = [r.getMessage() for r in caplog.records if "taken on by another" in r.getMessage()]
+        [line] = logged(caplog, "taken on by another")
         assert line.startswith("client 'roamer' (no user name, from 127.0.0.1:"), line
     finally:
         kill(claimer)

@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import HeldFlush, StuckCheck
 from tests.processes import dead_token
 from tests.unit.mqtt.peers import Peer, connect_peer, run_broker
-from tests.waiting import until_async
+from tests.waiting import logged, until_async
 
 import boxmq
 from boxmq.client import assured as assured_module
@@ -846,7 +846,7 @@ def test_a_will_the_acl_refuses_is_logged_as_refused_not_as_sent(
 
     with caplog.at_level(logging.INFO, "boxmq.mqtt"):
         run_broker(tmp_path, test, settings=MqttSettings(authorizer=acl))
-    lines = [r.getMessage() for r in caplog.records if "dev-17" in r.getMessage()]
+    lines = logged(caplog, "dev-17")
     assert "client dev-17 may not publish its will to alarm/dev-17" in lines
     assert not [line for line in lines if "sending its will" in line]
     assert "(MQTT 5.0, user 'bob', clean session)" in lines[0]  # the connected line
@@ -881,7 +881,7 @@ def test_qos_2_messages_refused_by_the_exactly_once_limits_are_logged_per_client
     limits = ExactlyOnceLimits(max_pending_per_source=1)
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
         run_broker(tmp_path, test, clock, exactly_once=limits)
-    told = [r.getMessage() for r in caplog.records if "QoS 2 message refused" in r.getMessage()]
+    told = logged(caplog, "QoS 2 message refused")
     assert [r.levelno for r in caplog.records if r.getMessage() in told] == [logging.WARNING] * 3
     assert [line.split(":")[0] for line in told] == ["client flood", "client other", "client flood"]
     assert all("(PUBREC 0x97 quota exceeded): " in line for line in told), told
@@ -1032,7 +1032,7 @@ def test_qos_1_publishes_refused_for_an_id_in_use_are_logged_per_client_a_minute
 
     with caplog.at_level(logging.DEBUG, "boxmq.mqtt"):
         run_broker(tmp_path, test, clock)
-    told = [r.getMessage() for r in caplog.records if "refused (0x91)" in r.getMessage()]
+    told = logged(caplog, "refused (0x91)")
     assert [line.split(":")[0] for line in told] == ["client stuck", "client other", "client stuck"]
     assert "reuses packet id 7" in told[0]
     assert told[0].endswith("refused (0x91)"), told[0]
@@ -1085,7 +1085,7 @@ def test_a_refused_connect_is_logged_with_its_user_address_and_reason_code(
 
     with caplog.at_level(logging.INFO, "boxmq.mqtt"):
         run_broker(tmp_path, test)
-    assert [r.getMessage() for r in caplog.records if "refused" in r.getMessage()] == [
+    assert logged(caplog, "refused") == [
         "client 'dev-9' (user 'carol', from memory) refused: bad authentication method (0x8c)",
         "client 'dev-9' (no user name, from elsewhere) refused: bad authentication method (0x8c)",
     ]
@@ -3017,7 +3017,7 @@ def test_a_server_that_stopped_is_not_said_to_have_died(
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         run_broker(tmp_path, test)
-    lines = [r.getMessage() for r in caplog.records if "taken" in r.getMessage()]
+    lines = logged(caplog, "taken")
     assert lines == [
         f"the sessions counted by process {token_pid(stopped)} (a server of this host that "
         "no longer runs) are taken on",
@@ -3049,7 +3049,7 @@ def test_a_connect_refused_for_its_maximum_packet_size_leaves_a_dead_servers_ses
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         run_broker(tmp_path, test)
-    lines = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    lines = logged(caplog, "taken over")
     assert len(lines) == 1, lines
 
 
@@ -3384,7 +3384,7 @@ def test_sockets_that_send_no_connect_are_told_once_then_counted(
             broker.tick(21.8)  # a first again
 
     run_broker(tmp_path, test, clock, settings=settings)
-    told = [m for m in caplog.messages if "CONNECT within" in m]
+    told = logged(caplog, "CONNECT within")
     assert told == [
         "memory closed: no CONNECT within 1s",
         "memory: 4 more socket(s) closed in the last 10s: no CONNECT within 1s",
@@ -3646,7 +3646,7 @@ def test_a_connect_refused_as_server_busy_says_how_long_it_waited(
         [connack] = peer.take()
         assert isinstance(connack, Connack)
         assert connack.reason is ReasonCode.SERVER_BUSY
-        [line] = [r.getMessage() for r in caplog.records if "taken on by another" in r.getMessage()]
+        [line] = logged(caplog, "taken on by another")
         assert line.endswith(
             "from one that died, and its claim was still held after this CONNECT waited "
             "5s (that server stopped?)"
@@ -3716,7 +3716,7 @@ def test_the_warning_for_properties_left_off_names_the_longest_topic_that_keeps_
         await _until(partial(answered, done(1), done(2)))
         got = {p.topic[0]: p.properties for p in keeper.take() if isinstance(p, Publish)}
         assert (got["k"].user_properties, got["x"].user_properties) == (tuple(trace), ())
-        [warning] = [r.getMessage() for r in caplog.records if "no room" in r.getMessage()]
+        [warning] = logged(caplog, "no room")
         assert warning.startswith("x" * (room + 1) + ":")
         assert f"a topic of at most {room} bytes" in warning
 
@@ -3751,7 +3751,7 @@ def test_drops_on_a_full_queue_are_logged_once_then_counted(
 
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
         run_broker(tmp_path, test, clock, settings=_SLOW)
-    assert [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()] == [
+    assert logged(caplog, "queue full") == [
         "client slow: queue full (max_queued 2, max_queued_bytes 67108864), a QoS 1 message "
         "dropped; further drops are counted and logged every 10s. It reads slower than its "
         "messages come: raise [mqtt.limits] max_queued, or give it a persistent session, whose "
@@ -3773,13 +3773,13 @@ def test_the_count_of_drops_keeps_its_interval_across_a_step_the_broker_was_told
         clock.advance(3605)
         broker.clock_stepped(3600)
         broker.tick(clock.now())
-        assert not [m for m in caplog.messages if "more message(s) dropped" in m]
+        assert not logged(caplog, "more message(s) dropped")
         clock.advance(5)
         broker.tick(clock.now())
 
     with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
         run_broker(tmp_path, test, clock, settings=_SLOW)
-    assert [m for m in caplog.messages if "more message(s) dropped" in m] == [
+    assert logged(caplog, "more message(s) dropped") == [
         "client slow: queue full, 6 more message(s) dropped in the last 10s",
     ]
 
@@ -4084,7 +4084,7 @@ def test_connects_closed_in_a_burst_while_their_passwords_wait_are_told_once_the
         assert all(peer.closed for peer in peers)
 
     run_broker(tmp_path, test, clock, settings=MqttSettings(authenticator=stuck, limits=limits))
-    told = [m for m in caplog.messages if "within 3s" in m]
+    told = logged(caplog, "within 3s")
     assert len(told) == 2, told
     assert told[0].endswith("closed: no answer within 3s: its password still waited for its "
         "check (5 check(s) under way or waiting, taking turns by address: many logins at once, "
@@ -4306,7 +4306,7 @@ def test_a_session_end_left_whose_record_cannot_be_read_waits_for_the_next_sweep
             with _record_looping(root, "gone"):
                 for now in (3.0, 4.0, 5.0):
                     broker.tick(now)
-            told = [m for m in caplog.messages if "client gone: its record cannot be" in m]
+            told = logged(caplog, "client gone: its record cannot be")
             assert len(told) == 1, told
             assert "ELOOP" in told[0], told
             broker.tick(6.0)
@@ -4344,7 +4344,7 @@ def test_a_refused_close_record_whose_file_cannot_be_looked_at_waits_for_the_nex
             with _record_looping(root, "away"):
                 for now in (1.0, 2.0, 3.0):
                     broker.tick(now)
-            told = [m for m in caplog.messages if "client away: its session record cannot" in m]
+            told = logged(caplog, "client away: its session record cannot")
             assert len(told) == 1, told
             assert "ELOOP" in told[0], told
             broker.tick(4.0)
@@ -4380,7 +4380,7 @@ def test_a_delayed_will_whose_record_cannot_be_read_when_due_waits_for_the_next_
             with _record_looping(root, "away"):
                 for later in (10, 11, 12):
                     broker.tick(now + later)
-            told = [m for m in caplog.messages if "client away: its session record cannot" in m]
+            told = logged(caplog, "client away: its session record cannot")
             assert len(told) == 1, told
             assert "ELOOP" in told[0], told
             held = read_record(str(root), "away")
@@ -4412,7 +4412,7 @@ def test_a_subscribe_whose_record_cannot_be_looked_at_is_answered_as_a_disk_fail
         [answer] = peer.take()
         assert isinstance(answer, Disconnect), answer
         assert answer.reason is ReasonCode.UNSPECIFIED_ERROR
-        told = [m for m in caplog.messages if "client sub: its session record cannot" in m]
+        told = logged(caplog, "client sub: its session record cannot")
         assert len(told) == 1, told
         assert "ELOOP" in told[0], told
         assert read_record(str(root), "sub") == before

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.waiting import logged
 
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.passwords import (
@@ -216,7 +217,7 @@ def test_a_user_deleted_while_serve_runs_still_gets_in_and_the_log_says_to_resta
     delete_user(path, "bob")
     assert served.authenticate("bob", b"b", "c1")  # as read at start
     assert served.authenticate("bob", b"b", "c2")
-    told = [m for m in caplog.messages if "has changed since" in m]
+    told = logged(caplog, "has changed since")
     assert told == [
         f"the password file {path} has changed since boxmq serve read it at start: it is read "
         "at start only, so its changes are not in force (restart boxmq serve)"

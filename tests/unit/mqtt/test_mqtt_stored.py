@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.waiting import logged
 
 import boxmq
 from boxmq.client.publishing import Publication
@@ -497,7 +498,7 @@ def test_mqtt_properties_go_out_as_what_they_name_and_a_bad_one_stored_is_left_o
         )
         props = retained_publish(answer, b"", _OPTIONS, now=0, side_files=SideFiles(root))
     assert (props.properties.response_topic, props.properties.correlation_data) == ("own", b"c-1")
-    warned = [r.getMessage() for r in caplog.records if "mqtt.payload-format" in r.getMessage()]
+    warned = logged(caplog, "mqtt.payload-format")
     assert len(warned) == 2  # once per message
     assert warned[0].startswith("message m9: its property 'mqtt.payload-format'")
 

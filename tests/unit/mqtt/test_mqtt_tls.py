@@ -20,7 +20,7 @@ from typing import Final
 import pytest
 from tests.conftest import StuckCheck
 from tests.integration.mqtt.raw import connect_packet_311, packet, string
-from tests.waiting import until_async
+from tests.waiting import logged, until_async
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -323,7 +323,7 @@ def test_tls_handshakes_under_way_count_against_max_connections(
             with contextlib.suppress(ConnectionResetError):  # closed with its byte unread
                 assert await asyncio.to_thread(refused.recv, 1) == b""  # at once, not in 0.5 s
             assert server.broker.handshaking == 5
-            [line] = [m for m in caplog.messages if "max_connections" in m]
+            [line] = logged(caplog, "max_connections")
             assert "refused: 5 connection(s) already (5 in their TLS handshake)" in line
             await until_async(lambda: server.broker.handshaking == 0)  # their connect_timeout
             [client] = await asyncio.to_thread(_mqtt_over_tls, port, cert, 1)
@@ -446,7 +446,7 @@ def test_a_client_retrying_a_failing_handshake_is_told_once_then_counted(
     failed = "TLS handshake failed: not TLS (a client without TLS on the TLS port?)"
 
     def told() -> list[str]:
-        return [m for m in caplog.messages if "TLS handshake" in m]
+        return logged(caplog, "TLS handshake")
 
     async def run() -> None:
         async with _serving(tmp_path, MqttSettings(listeners=(listener,)), clock) as (server, port):
@@ -492,7 +492,7 @@ def test_a_client_retrying_a_wrong_password_is_told_once_then_counted(
     refused = "refused: bad user name or password (return code 4)"
 
     def told() -> list[str]:
-        return [m for m in caplog.messages if "refused" in m]
+        return logged(caplog, "refused")
 
     async def run() -> None:
         async with _serving(tmp_path, settings, clock) as (server, port):
@@ -548,7 +548,7 @@ def test_a_client_certificate_of_another_ca_is_said_so(
 
     with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
         asyncio.run(run())
-    failed = [m for m in caplog.messages if "handshake failed" in m]
+    failed = logged(caplog, "handshake failed")
     assert "unable to get local issuer certificate (its issuer is not in tls.ca" in failed[0]
     assert "self-signed certificate (it signed itself; give the client one signed" in failed[1]
 
@@ -635,7 +635,7 @@ def test_a_tls_client_closed_while_its_password_waited_is_not_connected_after(
             client.close()
 
     asyncio.run(run())
-    assert [m for m in caplog.messages if "connected" in m] == []
+    assert logged(caplog, "connected") == []
 
 
 class _Nobody:
@@ -694,7 +694,7 @@ def test_the_count_of_failed_handshakes_keeps_its_interval_across_a_step_of_the_
     wall, steady = ManualClock(), ManualClock(1000.0)
 
     def counted() -> list[str]:
-        return [m for m in caplog.messages if "more TLS handshake(s) failed" in m]
+        return logged(caplog, "more TLS handshake(s) failed")
 
     async def run() -> None:
         async with _serving(tmp_path, settings, wall, steady) as (server, port):

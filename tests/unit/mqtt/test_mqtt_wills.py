@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.waiting import logged
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.packets import Will
@@ -111,7 +112,7 @@ def test_a_record_that_cannot_be_read_keeps_the_sent_will_for_the_next_try(
     with caplog.at_level(logging.INFO, "boxmq.mqtt"):
         for now in (1.0, 2.0, 3.0):
             wills.retry(now=now)
-        told = [m for m in caplog.messages if "client c1: its session record cannot be" in m]
+        told = logged(caplog, "client c1: its session record cannot be")
         assert len(told) == 1, told
         assert "ELOOP" in told[0], told
         assert wills.already_sent(_AWAY)

@@ -25,6 +25,7 @@ from tests.unit.xmpp.wire import (
     form_values,
     wired,
 )
+from tests.waiting import logged
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
@@ -1367,7 +1368,7 @@ def test_refused_exactly_once_messages_are_logged_naming_their_sender(
         clock[0] += 61
         wire.iq(ALICE, _wrapped("assured", "u3", "x"), to=NODE_AT)
         wire.service.close()
-    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    lines = logged(caplog, "refused")
     assert len(lines) == 3, lines
     said = [(line.split(" refused, ")[0].rsplit(" ", 1)[-1], line.split(", ")[1]) for line in lines]
     assert [(who, condition.split(":")[0]) for who, condition in said] == [

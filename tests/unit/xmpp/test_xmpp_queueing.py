@@ -21,6 +21,7 @@ from tests.unit.xmpp.wire import (
     in_stream,
     wired,
 )
+from tests.waiting import logged
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -1192,7 +1193,7 @@ def test_an_item_over_the_servers_stanza_limit_goes_to_error_not_to_the_stream(
         assert wire.events() == [(ALICE, "item", small)]
     assert jobs.counts().dead == 1
     assert [p.envelope.message_id for p in jobs.peek(state="error")] == [big]
-    [warning] = [r.getMessage() for r in caplog.records if "stanza" in r.getMessage()]
+    [warning] = logged(caplog, "stanza")
     assert big in warning
     assert "moved to error/" in warning
 

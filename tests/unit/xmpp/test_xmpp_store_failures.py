@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.diskfull import SmallDisk, small_disk
 from tests.unit.xmpp.wire import BOB, CAROL, PS, SERVICE, Wire, condition
+from tests.waiting import logged
 
 import boxmq
 from boxmq.xmpp.records import Recorded, SubscriberRecords
@@ -83,7 +84,7 @@ def test_a_subscription_whose_record_a_full_disk_refused_is_recorded_once_space_
     disk.fill()
     with caplog.at_level(logging.INFO, logger="boxmq.xmpp"):
         assert wire.subscribe(BOB, 1).get("type") == "result"
-        [line] = [m for m in caplog.messages if "not recorded" in m]
+        [line] = logged(caplog, "not recorded")
         assert "ENOSPC (No space left on device); the file system is full" in line, line
         records = SubscriberRecords(str(disk.path / "root"), SERVICE, flush=False)
         assert records.left_over() == []
