@@ -2204,6 +2204,13 @@ def test_subscribe_to_a_share_group_without_keep_leaves_it(root: Path) -> None:
     assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []  # the last one out
 
 
+# How the CLI ends its line for a write the full disk refused (docs/cli.md, exit status 1).
+_DISK_FULL = (
+    "No space left on device: the disk is full (df -h), or out of inodes (df -i); "
+    "free some space (or choose another --data folder)"
+)
+
+
 def test_publish_retain_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
     """As put and a plain publish do (docs/cli.md, exit status 1): the retained message's
     new file is the one the disk has no room for; the topic keeps its retained message."""
@@ -2216,11 +2223,7 @@ def test_publish_retain_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
         assert done.returncode == 1
         line = done.stderr.strip()
         assert line.startswith(f"boxmq publish: {root / 'topic-root' / '.retained'}/"), line
-        assert line.endswith(
-            "No space left on device: the disk is full (df -h), or out of inodes (df -i); "
-            "free some space (or "
-            "choose another --data folder)"
-        ), line
+        assert line.endswith(_DISK_FULL), line
         disk.free()
         retained = ok(root, "subscribe", "r/#", "--idle", "0.3s")
         assert retained == "r/a first\n"
@@ -2239,11 +2242,7 @@ def test_subscribe_on_a_full_disk_names_the_record_it_could_not_write(tmp_path: 
         line = done.stderr.strip()
         folder = root / "topic-root" / "u%2F%23" / ".subscriptions" / "client.k2"
         assert line.startswith(f"boxmq subscribe: {folder}/.tmp-"), line
-        assert line.endswith(
-            "No space left on device: the disk is full (df -h), or out of inodes (df -i); "
-            "free some space (or "
-            "choose another --data folder)"
-        ), line
+        assert line.endswith(_DISK_FULL), line
         disk.free()
         assert json.loads(ok(root, "--json", "ls"))["subscriptions"] == []
         ok(root, "subscribe", "u/#", "--name", "k2", "--keep", "--idle", "0.1s")
@@ -2267,10 +2266,7 @@ def test_a_request_s_side_file_a_full_disk_refuses_is_named(tmp_path: Path) -> N
         assert done.returncode == 1
         line = done.stderr.strip()
         assert line.startswith(f"boxmq publish: {root / '.properties'}/.tmp-"), line
-        assert line.endswith(
-            "No space left on device: the disk is full (df -h), or out of inodes (df -i); "
-            "free some space (or choose another --data folder)"
-        ), line
+        assert line.endswith(_DISK_FULL), line
         assert list((root / ".properties").iterdir()) == []
         disk.free()
         ok(root, *request)
