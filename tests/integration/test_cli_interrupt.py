@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,10 +82,12 @@ def test_a_ctrl_c_while_it_waits_ends_it_with_130_and_no_traceback(root: Path) -
     # Its subscription's record, written before it waits. (The wait looked for a folder
     # "subscriptions" that no layout has, and so always ran out its 30 s.)
     record = f"*/.subscriptions/client.cli-{waiting.pid}/.subscription"
-    deadline = time.monotonic() + 30
-    while not list((root / "topic-root").glob(record)):
-        assert time.monotonic() < deadline, "it never subscribed"
-        time.sleep(0.02)
+    until(
+        lambda: list((root / "topic-root").glob(record)),
+        "it never subscribed",
+        within=30,
+        every=0.02,
+    )
     time.sleep(0.2)  # into its wait for a message
     waiting.send_signal(signal.SIGINT)
     _, err = waiting.communicate(timeout=60)

@@ -17,6 +17,7 @@ from harness.ports import free_port
 from tests.diskfull import as_nobody, shared_folder, small_disk
 from tests.integration.mqtt.clients import serve_process, stop_process
 from tests.integration.test_cli import ok
+from tests.waiting import waited
 
 
 def nobody(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -108,15 +109,11 @@ def test_serve_s_sweeps_on_a_root_turned_read_only_are_told_once_and_run_again_a
         try:
             ok(root, "get", "q", "--lock", "2s")  # its lock ends while the disk is read-only
             with disk.read_only():
-                deadline = time.monotonic() + 20
-                while log.read_text().count("ERROR") == 0 and time.monotonic() < deadline:
-                    time.sleep(0.1)
+                waited(lambda: "ERROR" in log.read_text(), within=20, every=0.1)
                 time.sleep(0.5)  # five sweeps more
             assert log.read_text().count("ERROR") == 1, log.read_text()
             assert "EROFS (Read-only file system)" in log.read_text()
-            deadline = time.monotonic() + 20
-            while "runs again" not in log.read_text() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            waited(lambda: "runs again" in log.read_text(), within=20, every=0.1)
             assert f"sweep of {root} runs again" in log.read_text()
             assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1
         finally:

@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+from tests.waiting import waited
+
 import boxmq
 from boxmq.errors import Closed
 
@@ -55,17 +57,14 @@ def test_two_waiting_consumers_use_almost_no_cpu(box: boxmq.Box) -> None:
     threads = [threading.Thread(target=wait, args=(c,), daemon=True) for c in consumers]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + 10  # a fixed 0.2 s could end before a loaded machine got there
-    while not all(_blocked(thread) for thread in threads) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # A fixed 0.2 s could end before a loaded machine got there.
+    waited(lambda: all(_blocked(thread) for thread in threads), every=0.01)
     gc.collect()  # a collection the setup's garbage triggers is not the waiting consumers' CPU
     cpu = time.process_time()
     time.sleep(1.0)
     idle = time.process_time() - cpu
     queue.put(b"still served")  # and waiting did not stop them from receiving
-    deadline = time.monotonic() + 10
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.01)
+    waited(lambda: got, every=0.01)
     for consumer in consumers:
         consumer.close()
     for thread in threads:

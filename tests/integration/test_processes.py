@@ -18,6 +18,7 @@ from types import ModuleType
 import pytest
 from harness.output import read_line
 from harness.stopping import kill
+from tests.waiting import waited
 
 import boxmq
 from boxmq.store.names import decode, split_lock
@@ -300,9 +301,7 @@ def test_a_killed_share_group_member_s_messages_go_to_the_other_members(
         rescuer = box.subscribe("$share/etl/sensors/#", "rescuer", max_in_flight=1)
         held_log = tmp_path / "held.log"
         victim = start("member", str(root), "$share/etl/sensors/#", "victim", str(held_log), "5")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(box.topics.members_of("etl", "sensors/#")) < 2:
-            time.sleep(0.05)
+        waited(lambda: len(box.topics.members_of("etl", "sensors/#")) >= 2, within=60)
         assert len(box.topics.members_of("etl", "sensors/#")) == 2, "the victim never joined"
         for index in range(20):
             box.publish(f"sensors/{index % 3}", f"{index}")

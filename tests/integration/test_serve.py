@@ -21,6 +21,7 @@ from harness.stopping import kill, stop
 from tests.integration.mqtt.clients import START, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
 from tests.processes import dead_token
+from tests.waiting import until, waited
 
 import boxmq
 from boxmq import runtime
@@ -108,9 +109,7 @@ def test_serve_sweeps_the_temporaries_of_mqtt_session_records(root: Path) -> Non
         [*command, "--sweep-interval", "0.2", "--mqtt", "127.0.0.1:0"], stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + START  # its start, then a sweep
-        while left.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        waited(lambda: not left.exists(), within=START, every=0.1)  # its start, then a sweep
         assert not left.exists()
     finally:
         stop(server, seconds=10)
@@ -215,10 +214,7 @@ def _sweeping(root: Path) -> Iterator[None]:
         stderr=subprocess.DEVNULL,
     )
     with _reaped(server):
-        deadline = time.monotonic() + START
-        while not os.listdir(root / "warm" / "expired"):
-            assert time.monotonic() < deadline, "no sweep ran"
-            time.sleep(0.05)
+        until(lambda: os.listdir(root / "warm" / "expired"), "no sweep ran", within=START)
         yield
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=10) == 0

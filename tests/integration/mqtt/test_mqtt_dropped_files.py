@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, RunningServer, keeper_target, paho, put_file
+from tests.integration.mqtt.clients import RunningServer, keeper_target, paho, put_file
+from tests.waiting import waited
 
 
 def test_a_file_without_a_topic_goes_out_on_a_filter_that_is_a_topic_name(
@@ -36,9 +36,7 @@ def test_a_file_without_a_topic_in_a_wildcard_share_group_goes_to_error(
     group = next(server.root.glob("topic-root/*/.subscriptions/*g*"))
     with caplog.at_level(logging.WARNING, logger="boxmq"):
         put_file(group / "target", "4.dropped-2.T", b"nowhere to go")
-        deadline = time.monotonic() + WAIT
-        while not list((group / "error").glob("4.dropped-2.*")) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        waited(lambda: list((group / "error").glob("4.dropped-2.*")), every=0.02)
     assert [p.read_bytes() for p in (group / "error").glob("4.dropped-2.*")] == [b"nowhere to go"]
     assert any("dropped-2" in r.getMessage() and "topic" in r.getMessage() for r in caplog.records)
     # The member is still connected and gets what comes next.
@@ -61,9 +59,7 @@ def test_a_directory_or_a_pipe_in_a_subscription_dropbox_goes_to_error_and_servi
     received = keeper.next()
     assert (received.topic, received.payload) == ("sensors/kitchen", b"after them")
     errors = target.parent / "error"
-    deadline = time.monotonic() + WAIT
-    while len(os.listdir(errors)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    waited(lambda: len(os.listdir(errors)) >= 2, every=0.02)
     assert sorted(os.listdir(errors)) == ["9.folder.T", "9.pipe.T"]
     keeper.publish("sensors/kitchen", b"next", 1)
     assert keeper.next().payload == b"next"
@@ -98,9 +94,7 @@ def test_a_file_whose_topic_no_publish_can_carry_goes_to_error(
     with caplog.at_level(logging.WARNING, logger="boxmq"):
         put_file(target, f"4.bad.T.....bx_topicS={topic}", b"cannot go")
         error = target.parent / "error"
-        deadline = time.monotonic() + WAIT
-        while not list(error.glob("4.bad.*")) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        waited(lambda: list(error.glob("4.bad.*")), every=0.02)
     assert [p.read_bytes() for p in error.glob("4.bad.*")] == [b"cannot go"]
     assert any("bad" in r.getMessage() and "topic" in r.getMessage() for r in caplog.records)
     keeper.publish("x/next", b"next", 1)
@@ -133,9 +127,7 @@ def test_a_file_too_large_for_any_mqtt_packet_goes_to_error_and_serving_goes_on(
     errors = target.parent / "error"
     with caplog.at_level(logging.WARNING, logger="boxmq"):
         os.rename(working / "4.huge.T", target / "4.huge.T")
-        deadline = time.monotonic() + WAIT
-        while not list(errors.glob("4.huge.*")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        waited(lambda: list(errors.glob("4.huge.*")))
     assert [path.stat().st_size for path in errors.glob("4.huge.*")] == [300 * 1024 * 1024]
     assert any("huge" in r.getMessage() and "encoded" in r.getMessage() for r in caplog.records)
     keeper.publish("sensors/kitchen", b"next", 1)

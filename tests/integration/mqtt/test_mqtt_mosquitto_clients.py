@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 from harness.output import read_line
 from tests.integration.mqtt.clients import RunningServer, mosquitto_tools
+from tests.waiting import waited
 
 N = 300  # messages per stream: enough to interleave, bounded for a shared 2-core machine
 
@@ -115,9 +116,7 @@ def _share_workers(server: RunningServer, count: int, *, bounded: bool = True) -
         )
         for _ in range(count)
     ]
-    deadline = time.monotonic() + 10
-    while _members(server, "etl", "jobs/#") < count and time.monotonic() < deadline:
-        time.sleep(0.05)
+    waited(lambda: _members(server, "etl", "jobs/#") >= count)
     assert _members(server, "etl", "jobs/#") == count
     return workers
 
@@ -199,9 +198,7 @@ def test_a_worker_killed_mid_stream_leaves_its_messages_to_the_others(
     assert publisher.stdin is not None
     publisher.stdin.write("\n".join(lines[: N * 2]) + "\n")
     publisher.stdin.flush()
-    deadline = time.monotonic() + 10
-    while not workers[0].lines and time.monotonic() < deadline:  # mid-stream: it has had some
-        time.sleep(0.01)
+    waited(lambda: workers[0].lines, every=0.01)  # mid-stream: it has had some
     assert workers[0].lines, "the first worker got nothing in 10 s"
     # SIGKILL: its session ends without a word; its locks go to the others
     workers[0].process.kill()
@@ -211,9 +208,7 @@ def test_a_worker_killed_mid_stream_leaves_its_messages_to_the_others(
     # before it calls the callback that prints, so a worker killed in between acknowledged a
     # message it never printed (one at most: it handles one packet at a time): that one was
     # done with, not lost, and no other member is to print it.
-    deadline = time.monotonic() + 10
-    while _members(server, "etl", "jobs/#") > 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    waited(lambda: _members(server, "etl", "jobs/#") <= 2, every=0.01)
     assert _members(server, "etl", "jobs/#") == 2, "the killed worker's session did not end"
     acknowledged = _acknowledged(server)
     publisher.stdin.write("\n".join(lines[N * 2 :]) + "\n")
@@ -232,9 +227,7 @@ def test_a_worker_killed_mid_stream_leaves_its_messages_to_the_others(
     unprinted = set(lines) - delivered
     assert unprinted <= acknowledged, sorted(unprinted)
     assert len(unprinted) <= 1, sorted(unprinted)
-    deadline = time.monotonic() + 10
-    while _members(server, "etl", "jobs/#") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    waited(lambda: not _members(server, "etl", "jobs/#"))
     assert _members(server, "etl", "jobs/#") == 0  # the group ended with its last member
 
 

@@ -34,7 +34,7 @@ from tests.integration.mqtt.clients import (
     put_file,
     start_server,
 )
-from tests.waiting import logged
+from tests.waiting import logged, waited
 
 from boxmq.model import V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
 from boxmq.store.names import encode
@@ -118,10 +118,8 @@ def test_get_and_peek_show_what_an_mqtt_publisher_set_once_a_script_moved_it_to_
     _cli(root, "put", "redrive", "placeholder")  # makes the queue; its message goes first
     _cli(root, "get", "redrive")
     target = next(root.glob("topic-root/*/.subscriptions/client.audit/target"))
-    deadline = time.monotonic() + WAIT
-    while not (names := os.listdir(target)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    [name] = names
+    waited(lambda: os.listdir(target))
+    [name] = os.listdir(target)
     os.rename(target / name, root / "redrive" / "target" / name)  # as a shell script would
 
     [row] = json.loads(_cli(root, "--json", "peek", "redrive"))

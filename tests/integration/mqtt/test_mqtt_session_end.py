@@ -24,7 +24,7 @@ from tests.integration.mqtt.raw import (
     read,
     string,
 )
-from tests.waiting import logged
+from tests.waiting import logged, waited
 
 from boxmq.mqtt.session_record import read_record, records_folder
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
@@ -41,10 +41,8 @@ def _unreleased(running: RunningServer) -> list[Path]:
 
 def _unreleased_within(running: RunningServer, seconds: float) -> list[Path]:
     """`_unreleased` once it is empty, or after `seconds` (a timer ends the session)."""
-    deadline = time.monotonic() + seconds
-    while (left := _unreleased(running)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    waited(lambda: not _unreleased(running), within=seconds)
+    return _unreleased(running)
 
 
 def _leave_unreleased(running: RunningServer, client_id: str, *, expiry: int = 300) -> None:
@@ -169,9 +167,7 @@ def test_a_subscription_the_disk_will_not_delete_leaves_the_rest_of_an_expiry_do
     stuck = subscription_path(str(server.root), "a/#", "client.brief")
     _refuse_unlink(monkeypatch, os.path.join(stuck, ".subscription"))
     client.stop()
-    deadline = time.monotonic() + 5.0
-    while read_record(str(server.root), "brief") is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    waited(lambda: read_record(str(server.root), "brief") is None, within=5.0)
     assert read_record(str(server.root), "brief") is None  # the session's end went on
     assert _subscribed(server, "brief") == ["a/#"]  # only what the disk refused is left
     [line] = logged(caplog, "client brief: its session ended, but deleting its subscription")
