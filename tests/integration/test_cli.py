@@ -10,7 +10,6 @@ import functools
 import io
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -2463,8 +2462,7 @@ def test_put_reading_the_body_from_a_terminal_says_so(root: Path) -> None:
             text=True,
         )
         assert put.stderr is not None
-        told = select.select([put.stderr], [], [], 30)[0]  # before anything is typed
-        said = put.stderr.readline() if told else "nothing"
+        said = read_line(put.stderr, 30) or "nothing"  # before anything is typed
         os.write(terminal, b"hi\n\x04")  # a line, then Ctrl-D
         out, _ = put.communicate(timeout=60)
     finally:
