@@ -34,6 +34,7 @@ from tests.integration.mqtt.raw import (
     subscribe,
     take_publishes,
 )
+from tests.waiting import until
 
 GROUP = "$share/workers/jobs/#"
 
@@ -45,10 +46,11 @@ def _got(root: Path, *args: str) -> dict[str, object]:
 
 def _ready(root: Path, count: int) -> None:
     """Wait until the group holds `count` ready messages (its server wrote them)."""
-    deadline = time.monotonic() + 30
-    while len(json.loads(boxmq_cli_ok(root, "--json", "peek", GROUP))) != count:
-        assert time.monotonic() < deadline, f"not {count} ready in {GROUP}"
-        time.sleep(0.05)
+    until(
+        lambda: len(json.loads(boxmq_cli_ok(root, "--json", "peek", GROUP))) == count,
+        f"not {count} ready in {GROUP}",
+        within=30,
+    )
 
 
 def test_get_is_one_more_consumer_of_a_share_group_whose_members_are_live(

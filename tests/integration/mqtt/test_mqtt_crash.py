@@ -22,6 +22,7 @@ from tests.integration.mqtt.clients import (
     serve_process,
     stop_process,
 )
+from tests.waiting import waited
 
 from boxmq.store.topics import subscription_key, subscription_path
 
@@ -54,9 +55,7 @@ class _Stream(AckedPublisher[str]):
 
 def _until_acked(streams: list[_Stream], count: int) -> None:
     """Until every stream has `count` messages acknowledged (a loaded machine may take a while)."""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and min(len(s.acked) for s in streams) < count:
-        time.sleep(0.05)
+    waited(lambda: min(len(s.acked) for s in streams) >= count, within=20)
 
 
 def test_acknowledged_messages_survive_a_sigkill(tmp_path: Path) -> None:

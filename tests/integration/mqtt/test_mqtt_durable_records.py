@@ -21,6 +21,7 @@ import paho.mqtt.client as mqtt
 import pytest
 from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
 from tests.integration.mqtt.raw import connect_packet, open_raw, pubrel, read, subscribe
+from tests.waiting import until
 
 from boxmq.mqtt.session_record import records_folder
 from boxmq.mqtt.stored import consumer_name
@@ -163,10 +164,9 @@ def test_a_session_resumed_while_the_one_before_still_makes_a_subscription(
     monkeypatch.setattr(os, "fsync", slow)
     first.sendall(subscribe(1, "back/#", 1))
     name = consumer_name("back")
-    deadline = time.monotonic() + WAIT
-    while not always.box.topics.subscribed(name):  # its dropbox is there: being flushed
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    until(  # its dropbox is there: being flushed
+        lambda: always.box.topics.subscribed(name), f"{name} not subscribed", every=0.005
+    )
     ending, _ = open_raw(always, "back", clean=True, expiry=0)  # takes over, ends the session
     ending.sendall(b"\xe0\x00")
     resuming = socket.create_connection((always.host, always.port), timeout=WAIT)

@@ -4,12 +4,12 @@ own listeners: `::1:50312` could be read as the address ::1:50312 and no port.""
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
 from harness.ports import free_port
 from tests.integration.mqtt.clients import WAIT, serve_process, stop_process
+from tests.waiting import until
 
 
 def _loopback_v6() -> bool:
@@ -37,9 +37,6 @@ def test_a_client_over_ipv6_is_logged_with_its_host_in_brackets(tmp_path: Path) 
                 pass
         expected = f"[::1]:{own_port}: closing: "
         log = tmp_path / "serve.log"
-        deadline = time.monotonic() + WAIT
-        while expected not in log.read_text(errors="replace"):
-            assert time.monotonic() < deadline, f"no {expected!r} in the log"
-            time.sleep(0.05)
+        until(lambda: expected in log.read_text(errors="replace"), f"no {expected!r} in the log")
     finally:
         stop_process(process)

@@ -21,6 +21,7 @@ from tests.integration.mqtt.clients import (
     serve_process,
     stop_process,
 )
+from tests.waiting import waited
 
 pytestmark = pytest.mark.slow
 
@@ -61,9 +62,7 @@ def test_retained_messages_acknowledged_before_a_sigkill_are_the_ones_kept(
     try:
         retainer = _Retainer(target.port, qos)
         retainer.start()
-        deadline = time.monotonic() + 30
-        while len(retainer.acked) < 200 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        waited(lambda: len(retainer.acked) >= 200, within=30, every=0.01)
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=20)
         retainer.end()

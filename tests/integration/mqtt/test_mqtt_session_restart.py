@@ -34,6 +34,7 @@ from tests.integration.mqtt.clients import (
 )
 from tests.integration.mqtt.raw import connect_packet, read, subscribe
 from tests.processes import dead_token
+from tests.waiting import waited
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt.packets import Will
@@ -101,9 +102,7 @@ def test_a_session_not_back_within_its_interval_after_a_restart_ends(tmp_path: P
         first.shutdown()  # before the interval: the first server's timer dies with it
     with start_server(root) as second:
         dropbox = _dropbox(root, "gone/#", "gone")
-        deadline = time.monotonic() + EXPIRY + 3
-        while os.path.isdir(dropbox) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        waited(lambda: not os.path.isdir(dropbox), within=EXPIRY + 3, every=0.1)
         assert not os.path.exists(dropbox)
         paho(second, "pub").publish("gone/x", b"for nobody", 1)
         assert _message_files(root) == [

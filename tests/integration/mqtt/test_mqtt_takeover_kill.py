@@ -36,6 +36,7 @@ from tests.integration.mqtt.clients import (
     serve_process,
     stop_process,
 )
+from tests.waiting import waited
 
 pytestmark = pytest.mark.slow
 
@@ -110,9 +111,7 @@ class _Taker:
 
 
 def _acked_past(publisher: _Streamer, count: int) -> None:
-    deadline = time.monotonic() + 20
-    while len(publisher.acked) < count and time.monotonic() < deadline:
-        time.sleep(0.01)
+    waited(lambda: len(publisher.acked) >= count, within=20, every=0.01)
     assert len(publisher.acked) >= count, "the publisher did not get its messages answered"
 
 
