@@ -316,6 +316,15 @@ class Dropbox:
         except FileNotFoundError:
             return None
 
+    def not_regular(self, state: State) -> set[str]:
+        """The names in one state folder that are no regular file, from one listing's file
+        types (no stat per name where the file system gives them, as ext4, xfs and tmpfs
+        do): what `kind` tells name by name, for a look at many names at once."""
+        found: list[str] = []
+        for _ in self.scan(state, found):
+            pass
+        return set(found)
+
     def count(self, state: State, *, strays: bool = False) -> int:
         """The files in one state folder; with `strays`, what is there but not a regular file
         too (in error/: a directory or a pipe set aside from target/ is a dead letter all the
