@@ -132,13 +132,31 @@ def requeue(args: argparse.Namespace, box: Box) -> int:
 
 
 def purge(args: argparse.Namespace, box: Box) -> int:
-    removed = cli_dropbox.dropbox(args, box).purge(state=State(args.state))
+    queue = cli_dropbox.dropbox(args, box)
+    try:
+        removed = queue.purge(state=State(args.state))
+    except KeyboardInterrupt:
+        # A big folder is a long run of deletes (200,000 took 100 s on a disk that discards
+        # freed blocks): a Ctrl-C stops it between two, and says how far it went, where the
+        # user learnt nothing of what was deleted.
+        left = getattr(queue.counts(), _PURGED_COUNT[args.state])
+        output.err(
+            output.said(
+                f"{output.said_by(args)}: interrupted: {left} message(s) left in {args.state}/ "
+                f"of {args.queue}, the others deleted (purge again to delete them)"
+            )
+        )
+        return 130
     output.emit(
         args,
         {**cli_dropbox.named(args), "purged": removed},
         f"{args.queue}: {removed} message(s) deleted from {args.state}/",
     )
     return 0
+
+
+# The count of `ls` for each folder purge takes (ready: a lock whose deadline passed too).
+_PURGED_COUNT = {"target": "ready", "processed": "done", "error": "dead", "expired": "expired"}
 
 
 def delete(args: argparse.Namespace, box: Box) -> int:
