@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 from collections import Counter
 from typing import Any
@@ -14,7 +15,7 @@ from boxmq import cli_output as output
 from boxmq.client import Box, Peeked, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.errors import Conflict, QueueNotFound
-from boxmq.store.layout import State, broken_target, queue_path
+from boxmq.store.layout import DELETING_DIR, State, broken_target, queue_path
 from boxmq.store.names import GET_TOKEN
 from boxmq.store.process import process_alive, token_pid
 
@@ -187,7 +188,12 @@ def delete(args: argparse.Namespace, box: Box) -> int:
 
 def _delete(args: argparse.Namespace, box: Box) -> int:
     deleted: list[QueueCounts] = []
-    if not box.delete_queue(args.queue, counted=deleted):  # another process deleted it first
+    try:
+        found = box.delete_queue(args.queue, counted=deleted)
+    except KeyboardInterrupt:
+        _interrupted_delete(args, box, deleted)
+        return 130
+    if not found:  # another process deleted it first
         raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")
     messages = sum(dataclasses.astuple(deleted[0]))
     # By state as the line says it, under `ls --json`'s keys: a script can tell whether only
@@ -199,6 +205,28 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
         f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
     )
     return 0
+
+
+def _interrupted_delete(args: argparse.Namespace, box: Box, deleted: list[QueueCounts]) -> None:
+    """What a Ctrl-C left of a delete: the queue leaves its path in one rename, counted then,
+    and its files are deleted after it, one by one (minutes for 200,000 on a disk mounted
+    with discard), so a Ctrl-C mostly comes when the queue is gone and files are left; it was
+    exit 130 with not a word, the queue gone from `ls` and its files still on disk."""
+    if deleted:
+        messages = sum(dataclasses.astuple(deleted[0]))
+        gone = f"{args.queue} is deleted, with its {messages} message(s)"
+    elif not os.path.lexists(queue_path(box.root, args.queue)):  # Ctrl-C amid the count
+        gone = f"{args.queue} is deleted"
+    else:
+        output.err(output.said(f"boxmq delete: interrupted: {args.queue} was not deleted"))
+        return
+    leftovers = os.path.join(box.root, DELETING_DIR)
+    output.err(
+        output.said(
+            f"boxmq delete: interrupted: {gone}, but some of its files are left in "
+            f"{leftovers}/, which the next delete or a sweep of `boxmq serve` removes"
+        )
+    )
 
 
 def _unsubscribe_line(box: Box, name: str) -> str | None:

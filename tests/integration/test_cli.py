@@ -10,6 +10,7 @@ import functools
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -2719,3 +2720,33 @@ def test_a_purge_stopped_by_ctrl_c_says_what_it_left(
         "(purge again to delete them)\n"
     )
     assert len(os.listdir(root / "jobs" / "target")) == 40
+
+
+def test_a_delete_stopped_by_ctrl_c_says_the_queue_is_gone_and_who_clears_the_rest(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The queue leaves its path in one rename, then its files are deleted one by one
+    # (minutes for 200,000 on some disks): a Ctrl-C then ended the delete with exit 130 and
+    # not a word, the queue gone from `ls` and its files still on disk.
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([b"x"] * 5)
+    rmtree = shutil.rmtree
+
+    def ctrl_c(path: str, *args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # what SIGINT raises amid the deletes
+
+    monkeypatch.setattr(shutil, "rmtree", ctrl_c)
+    assert cli.main(["--data", str(root), "delete", "jobs"]) == 130
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == (
+        "boxmq delete: interrupted: jobs is deleted, with its 5 message(s), but some of its "
+        f"files are left in {root}/.deleting/, which the next delete or a sweep of "
+        "`boxmq serve` removes\n"
+    )
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert json.loads(ok(root, "--json", "ls"))["queues"] == []
+    assert os.listdir(root / ".deleting")
+    with boxmq.open(root) as box:
+        box.sweep()
+    assert not (root / ".deleting").exists()
