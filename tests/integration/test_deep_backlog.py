@@ -445,3 +445,23 @@ def test_a_first_get_on_a_deep_queue_decodes_only_what_its_name_does_not_rank(
     assert [message.body if message else None for message in taken] == [b"urgent", b"x", b"x"]
     assert len(decoded) == 1 + 3  # the message with an expiration; then the three handed out
     assert late in {decode(name).message_id for name in decoded}
+
+
+def test_peek_decodes_only_the_messages_it_shows_and_what_their_names_do_not_rank(
+    root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `boxmq peek` on a queue of 200,000 decoded every name to order them (a second of two).
+    jobs = box.queue("jobs")
+    ids = jobs.put_many([b"x"] * 2000)
+    jobs.put(b"late", expires_in=3600)  # an expiration: decoded, as before
+    urgent = jobs.put(b"urgent", priority=9)
+    decoded: list[str] = []
+
+    def envelope_of(name: str) -> Envelope:
+        decoded.append(name)
+        return decode(name)
+
+    monkeypatch.setattr(queue_module, "envelope_of", envelope_of)
+    shown = jobs.peek(limit=3)
+    assert [peeked.envelope.message_id for peeked in shown] == [urgent, ids[0], ids[1]]
+    assert len(decoded) == 1 + 3  # the message with an expiration; then the three shown

@@ -563,6 +563,9 @@ class Queue:
             with closing(self._box.scan(state)) as entries:
                 for entry in entries:
                     name, lock = _name_and_lock(entry.name, state)
+                    if (ranked := _ranked(name)) is not None:  # decoded only if shown
+                        yield (*ranked, name), entry.path, None, lock, None
+                        continue
                     envelope = envelope_of(name)
                     status = None
                     if (stamp := envelope.timestamp) is not None:
@@ -583,9 +586,11 @@ class Queue:
             else heapq.nsmallest(limit, rows(), key=_peek_order)
         )
         peeked = []
-        for _, path, envelope, lock, status in chosen:
+        for (_, _, name), path, envelope, lock, status in chosen:
             if status is None and (status := _status(path)) is None:
                 continue  # gone since the listing
+            if envelope is None:
+                envelope = envelope_of(name)
             peeked.append(self._peeked(envelope, status, state, lock))
         return peeked
 
@@ -741,18 +746,24 @@ KnownNames: TypeAlias = dict[str, _Known]
 
 
 def _known_of(name: str, path: str) -> _Known:
-    if (priority := ranked_priority(name)) is not None:
-        # Ordered by its name alone, as a consumer keeps a cold name: a get decoded every
-        # name it had not seen and kept its envelope, a second and 40 MB of a `boxmq get` on
-        # a queue of 200,000. Such a name has no expiration nor delay; its id's first 16
-        # digits are timestamp_of's.
-        stamp = int(name[name.index(".") + 1 :][:16]) // 1000
-        return _Known((-priority, stamp / 1000, name, None), math.inf, 0.0, True)
+    if (ranked := _ranked(name)) is not None:
+        # A get decoded every name it had not seen and kept its envelope: a second and 40 MB
+        # of a `boxmq get` on a queue of 200,000. Such a name has no expiration nor delay.
+        return _Known((*ranked, name, None), math.inf, 0.0, True)
     envelope = envelope_of(name)
     order = (-envelope.priority, _sequence(path, envelope), name, envelope)
     # Envelope.expired's test, as seconds: expired once ends <= now.
     ends = envelope.expiration / 1000 if envelope.expiration > 0 else math.inf
     return _Known(order, ends, envelope.not_before, envelope.timestamp is not None)
+
+
+def _ranked(name: str) -> tuple[int, float] | None:
+    """(-priority, sequence) of a name whose order the name alone tells (ranked_names), as
+    `_known_of` and peek order a decoded one; None for another name. Such a name is ordered
+    undecoded, as a consumer keeps a cold name: its id's first 16 digits are timestamp_of's."""
+    if (priority := ranked_priority(name)) is None:
+        return None
+    return -priority, int(name[name.index(".") + 1 :][:16]) // 1000 / 1000
 
 
 def _sequence(path: str, envelope: Envelope) -> float:
@@ -767,7 +778,7 @@ def _sequence(path: str, envelope: Envelope) -> float:
 
 
 _PeekRow: TypeAlias = tuple[
-    tuple[int, float, str], str, Envelope, Lock | None, os.stat_result | None
+    tuple[int, float, str], str, Envelope | None, Lock | None, os.stat_result | None
 ]
 
 
