@@ -12,7 +12,7 @@ from typing import Any
 
 from boxmq import cli_dropbox
 from boxmq import cli_output as output
-from boxmq.client import Box, Peeked, QueueCounts
+from boxmq.client import Box, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.errors import Conflict, QueueNotFound
 from boxmq.store.layout import DELETING_DIR, State, broken_target, queue_path
@@ -124,7 +124,12 @@ def _peek_row(peeked: Peeked, *, now: float, as_json: bool) -> dict[str, Any]:
 
 def requeue(args: argparse.Namespace, box: Box) -> int:
     left: list[str] = []  # never deliverable: left where they are, each logged
-    moved = cli_dropbox.dropbox(args, box).requeue(source=State(args.source), left=left)
+    queue = cli_dropbox.dropbox(args, box)
+    try:
+        moved = queue.requeue(source=State(args.source), left=left)
+    except KeyboardInterrupt:  # a long run of renames for a big folder, as purge's deletes
+        _interrupted(args, queue, args.source, "back in target/ (requeue again to send them)")
+        return 130
     text = f"{args.queue}: {moved} message(s) from {args.source}/ back to target/"
     if left:
         text += f"; {len(left)} left in {args.source}/ that can never be delivered (logged)"
@@ -137,16 +142,7 @@ def purge(args: argparse.Namespace, box: Box) -> int:
     try:
         removed = queue.purge(state=State(args.state))
     except KeyboardInterrupt:
-        # A big folder is a long run of deletes (200,000 took 100 s on a disk that discards
-        # freed blocks): a Ctrl-C stops it between two, and says how far it went, where the
-        # user learnt nothing of what was deleted.
-        left = getattr(queue.counts(), _PURGED_COUNT[args.state])
-        output.err(
-            output.said(
-                f"{output.said_by(args)}: interrupted: {left} message(s) left in {args.state}/ "
-                f"of {args.queue}, the others deleted (purge again to delete them)"
-            )
-        )
+        _interrupted(args, queue, args.state, "deleted (purge again to delete them)")
         return 130
     output.emit(
         args,
@@ -156,8 +152,22 @@ def purge(args: argparse.Namespace, box: Box) -> int:
     return 0
 
 
-# The count of `ls` for each folder purge takes (ready: a lock whose deadline passed too).
-_PURGED_COUNT = {"target": "ready", "processed": "done", "error": "dead", "expired": "expired"}
+def _interrupted(args: argparse.Namespace, queue: Queue, folder: str, others: str) -> None:
+    """What a Ctrl-C left of a purge or a requeue of `folder`. A big folder is a long run of
+    deletes or renames (a purge of 200,000 took 100 s on a disk that discards freed blocks):
+    a Ctrl-C stops it between two, and the user learnt nothing of how far it went."""
+    left = getattr(queue.counts(), _FOLDER_COUNT[folder])
+    output.err(
+        output.said(
+            f"{output.said_by(args)}: interrupted: {left} message(s) left in {folder}/ of "
+            f"{args.queue}, the others {others}"
+        )
+    )
+
+
+# The count of `ls` for each folder purge or requeue takes (ready: a lock whose deadline
+# passed too).
+_FOLDER_COUNT = {"target": "ready", "processed": "done", "error": "dead", "expired": "expired"}
 
 
 def delete(args: argparse.Namespace, box: Box) -> int:

@@ -2750,3 +2750,36 @@ def test_a_delete_stopped_by_ctrl_c_says_the_queue_is_gone_and_who_clears_the_re
     with boxmq.open(root) as box:
         box.sweep()
     assert not (root / ".deleting").exists()
+
+
+def test_a_requeue_stopped_by_ctrl_c_says_what_it_left(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A requeue of a big error/ is a long run of renames: a Ctrl-C ended it with exit 130
+    # and no word of how many went back.
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"x"] * 30)
+        for _ in range(30):
+            message = jobs.get()
+            assert message is not None
+            jobs.reject(message.id)
+    moved = 0
+    move = Dropbox.move
+
+    def ctrl_c_after_ten(self: Dropbox, *args: Any, **kwargs: Any) -> bool:
+        nonlocal moved
+        if moved == 10:
+            raise KeyboardInterrupt  # what SIGINT raises between two renames
+        moved += 1
+        return move(self, *args, **kwargs)
+
+    monkeypatch.setattr(Dropbox, "move", ctrl_c_after_ten)
+    assert cli.main(["--data", str(root), "requeue", "jobs"]) == 130
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == (
+        "boxmq requeue: interrupted: 20 message(s) left in error/ of jobs, the others back "
+        "in target/ (requeue again to send them)\n"
+    )
+    assert len(os.listdir(root / "jobs" / "target")) == 10
