@@ -151,8 +151,10 @@ def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = N
         else ""
     )
     said = f"<text xmlns='{ns.STANZAS}'>{escape(text)}</text>" if text else ""
+    # An iq without an id is refused (RFC 6120 §8.1.3): none to mirror, and id='' is no id.
+    mirrored = f" id={attr(iq.id)}" if iq.id else ""
     return (
-        f"<iq type='error' id={attr(iq.id)} to={recurring_attr(iq.sender)} "
+        f"<iq type='error'{mirrored} to={recurring_attr(iq.sender)} "
         f"from={recurring_attr(iq.to)}>{echoed}<error type='{condition.type}'>"
         f"<{condition.name} xmlns='{ns.STANZAS}'/>{extra}{said}</error></iq>"
     )

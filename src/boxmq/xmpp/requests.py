@@ -243,6 +243,10 @@ def _sender(jid: str) -> str:
 
 def parse_request(iq: Iq) -> Request:
     """The request an iq get/set carries; StanzaError says why there is none."""
+    if not iq.id:  # its answer could not be matched to it: served, it stored an item unseen
+        raise StanzaError(
+            BAD_REQUEST, "an iq needs an id, which its answer carries back (RFC 6120 §8.1.3)"
+        )
     if iq.child is None:
         raise StanzaError(BAD_REQUEST, "an iq get/set needs one child element")
     if iq.children > 1:  # the others were dropped: a second publish lost

@@ -14,6 +14,7 @@ from tests.unit.xmpp.wire import (
     BOB,
     CAROL,
     PS,
+    SERVICE,
     Wire,
     condition,
     error_text,
@@ -885,6 +886,26 @@ def test_an_iq_of_two_requests_is_bad_request_and_does_neither(wire: Wire, box: 
     assert condition(reply) == ("modify", "bad-request")
     assert error_text(reply) == "an iq get/set carries one child element, this one 2"
     wire.service.flush()
+    assert box.queue("jobs").counts().ready == 0
+
+
+@pytest.mark.parametrize("given", ["", " id=''"], ids=["no-id", "empty-id"])
+def test_an_iq_without_an_id_is_bad_request_and_stores_nothing(
+    wire: Wire, box: boxmq.Box, given: str
+) -> None:
+    """RFC 6120 §8.1.3: an iq's id is REQUIRED, its answer mirrors it. Before 2026-12-01 an
+    iq without one was served, its item stored, and answered with id='', which no
+    requester can match to its request (and which the schema's NMTOKEN does not allow)."""
+    item = "<item><a xmlns='urn:a'/></item>"
+    publish = f"<pubsub xmlns='{PS}'><publish node='jobs'>{item}</publish></pubsub>"
+    wire.service.iq(
+        in_stream(f"<iq type='set'{given} from='{CAROL}' to='{SERVICE}'>{publish}</iq>")
+    )
+    wire.service.flush()
+    [reply] = wire.take()
+    assert condition(reply) == ("modify", "bad-request")
+    assert "id" not in reply.attrib  # none to mirror: an empty one is no id either
+    assert "id" in error_text(reply)
     assert box.queue("jobs").counts().ready == 0
 
 
