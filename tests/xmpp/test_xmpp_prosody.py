@@ -539,3 +539,43 @@ def test_the_qos_documents_examples_sent_as_written_reach_a_subscriber_as_client
         if path.parent.name in ("target", "processing")
     ]
     assert sorted(m.tag for m in stored) == ["{jabber:client}message"] * 2
+
+
+def test_a_plain_message_to_a_node_reaches_a_subscriber_and_a_refused_one_is_answered(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    """urn:xmpp:qos, Unacknowledged service: "a normal message stanza" is the at-most-once
+    level. The document's "Sensor sending a momentary value" (no type), sent to the node's
+    JID, reaches a subscriber as a jabber:client message from the sender's full JID; one
+    sent to the component without a node comes back as a message error under its id.
+    Before 2026-12-01 the component dropped both without a word."""
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            await alice.subscribe(5)
+            refused: asyncio.Future[ET.Element] = asyncio.get_running_loop().create_future()
+
+            def take(stanza: Any) -> None:
+                if not refused.done():
+                    refused.set_result(stanza.xml)
+
+            carol.add_event_handler("message_error", take)
+            carol.send_raw(
+                f"<message to='jobs@{SERVICE}' id='s1'>"
+                "<fields xmlns='urn:xmpp:iot:sensordata' seqnr='1' done='true'>"
+                "<node nodeId='Temp01'><numeric name='Temperature' value='23.4'/></node>"
+                "</fields></message>"
+            )
+            event = await alice.next_event()
+            assert event.what == "item"
+            assert event.payload is not None
+            assert event.payload.tag == "{jabber:client}message"
+            assert event.payload.get("from") == str(carol.boundjid)
+            assert event.payload[0].tag == "{urn:xmpp:iot:sensordata}fields"
+            carol.send_raw(f"<message to='{SERVICE}' id='s2'><body>which node?</body></message>")
+            answer = await asyncio.wait_for(refused, carol.timeout)
+            assert (answer.get("id"), answer.get("from")) == ("s2", SERVICE)
+            assert answer.find(f".//{ITEM_NOT_FOUND}") is not None
+
+    run(scenario())

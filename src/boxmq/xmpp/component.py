@@ -1,7 +1,7 @@
 """The XEP-0114 component: the only XMPP code that awaits (docs/xmpp.md).
 
 A thin `slixmpp.ComponentXMPP`: the stanzas the door serves go to the service as raw
-elements (iq, unavailable presence, bounced messages), the service answers with XML text written
+elements (iq, unavailable presence, messages), the service answers with XML text written
 straight to the transport. Deliveries are taken on the loop (no thread per subscriber): once
 after each batch of stanzas, and on the one timer task, which also runs lock timeouts and QoS
 retries. A lost connection is retried with back-off. A refusal by the server (a second
@@ -96,13 +96,15 @@ class QueueComponent(ComponentXMPP):
                 self._poll_soon()
             else:
                 self.service.answer(xml)  # a result or error for a notification sent with QoS
-        elif (tag == _PRESENCE and kind == "unavailable") or (tag == _MESSAGE and kind == "error"):
-            # Unavailable presence (XEP-0254 §4), or an event the server bounced: gone.
+        elif tag == _MESSAGE:  # to a node (urn:xmpp:qos, at most once), or a bounced event
+            self.service.message(xml)
+            self._poll_soon()
+        elif tag == _PRESENCE and kind == "unavailable":  # XEP-0254 §4: gone
             jid = xml.get("from", "")
             if "/" in jid:
                 self.service.gone(jid)
                 self._poll_soon()
-        elif tag not in (_PRESENCE, _MESSAGE):
+        elif tag != _PRESENCE:
             super()._spawn_event(xml)
 
     def _poll_soon(self) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "event_subscription",
     "form",
     "iq_set",
+    "message_error",
     "recurring_attr",
     "result",
     "xml_of",
@@ -144,6 +145,29 @@ def result(iq: Iq, inner: str = "") -> str:
 def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None) -> str:
     """The iq-error for `iq`: the request echoed (or `inner`), then the error (RFC 6120 §8.3)."""
     echoed = inner if inner is not None else (xml_of(iq.child) if iq.child is not None else "")
+    # An iq without an id is refused (RFC 6120 §8.1.3): none to mirror, and id='' is no id.
+    mirrored = f" id={attr(iq.id)}" if iq.id else ""
+    return (
+        f"<iq type='error'{mirrored} to={recurring_attr(iq.sender)} "
+        f"from={recurring_attr(iq.to)}>{echoed}{_error(condition, text)}</iq>"
+    )
+
+
+def message_error(
+    message_id: str | None, sender: str, to: str, condition: Condition, *, text: str = ""
+) -> str:
+    """The message-error for a message refused (RFC 6120 §8.3): to its sender, from the
+    address it was sent to, under its id if it had one. The message is not echoed (a MAY,
+    §8.3.1): one refused for its size would not fit back into a stanza."""
+    mirrored = f" id={attr(message_id)}" if message_id else ""
+    return (
+        f"<message type='error'{mirrored} to={recurring_attr(sender)} "
+        f"from={recurring_attr(to)}>{_error(condition, text)}</message>"
+    )
+
+
+def _error(condition: Condition, text: str) -> str:
+    """The <error/> element of a stanza error: the condition, pubsub's, then the text."""
     feature = f" feature={attr(condition.feature)}" if condition.feature is not None else ""
     extra = (
         f"<{condition.pubsub} xmlns='{ns.PUBSUB_ERRORS}'{feature}/>"
@@ -151,12 +175,9 @@ def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = N
         else ""
     )
     said = f"<text xmlns='{ns.STANZAS}'>{escape(text)}</text>" if text else ""
-    # An iq without an id is refused (RFC 6120 §8.1.3): none to mirror, and id='' is no id.
-    mirrored = f" id={attr(iq.id)}" if iq.id else ""
     return (
-        f"<iq type='error'{mirrored} to={recurring_attr(iq.sender)} "
-        f"from={recurring_attr(iq.to)}>{echoed}<error type='{condition.type}'>"
-        f"<{condition.name} xmlns='{ns.STANZAS}'/>{extra}{said}</error></iq>"
+        f"<error type='{condition.type}'><{condition.name} xmlns='{ns.STANZAS}'/>{extra}{said}"
+        "</error>"
     )
 
 

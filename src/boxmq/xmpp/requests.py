@@ -1,4 +1,5 @@
-"""Incoming iq stanzas as values: `parse_iq(element)` -> one request dataclass.
+"""Incoming iq stanzas as values: `parse_iq(element)` -> one request dataclass; and a plain
+<message/> to a node, `parse_message(element)` (urn:xmpp:qos's at-most-once level).
 
 Works on ElementTree elements (what slixmpp hands over as `stanza.xml`), never on slixmpp's
 stanza objects: reading a handful of attributes straight off the tree is what keeps the door
@@ -36,10 +37,12 @@ __all__ = [
     "RetrieveAffiliations",
     "RetrieveSubscriptions",
     "Subscribe",
+    "Unacknowledged",
     "Unlock",
     "Unsubscribe",
     "bare",
     "parse_iq",
+    "parse_message",
     "parse_request",
 ]
 
@@ -143,6 +146,18 @@ class QosDeliver:
     msg_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class Unacknowledged:
+    """A plain <message/>, urn:xmpp:qos's at-most-once level ("a normal message stanza is
+    used"): put on the node its address names, as an <acknowledged/> one is, unanswered."""
+
+    id: str | None  # mirrored by an error answering it (RFC 6120 §8.3), if it has one
+    type: str  # as written, "" for none
+    sender: str  # the full JID, as the server stamped it
+    to: str
+    message: Element  # in jabber:client, as an <acknowledged/> one's
+
+
 Request = (
     DiscoInfo
     | DiscoItems
@@ -232,6 +247,18 @@ def parse_iq(element: Element) -> Iq:
         to=element.get("to", ""),
         child=element[0] if len(element) else None,
         children=len(element),
+    )
+
+
+def parse_message(element: Element) -> Unacknowledged:
+    """A <message/> the component's stream carries, its tags taken to jabber:client: stored
+    so, subscribers are handed what a client's stanza is, as from an <acknowledged/>."""
+    return Unacknowledged(
+        id=element.get("id"),
+        type=element.get("type", ""),
+        sender=_sender(element.get("from", "")),
+        to=element.get("to", ""),
+        message=_as_a_client_wrote_it(element),
     )
 
 

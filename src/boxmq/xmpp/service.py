@@ -84,6 +84,7 @@ from boxmq.xmpp.requests import (
     Unsubscribe,
     bare,
     parse_iq,
+    parse_message,
     parse_request,
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
@@ -133,6 +134,9 @@ _NODE_EXISTS: Final = Condition("cancel", "conflict")
 _FORBIDDEN: Final = Condition("auth", "forbidden")
 _NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
+# Messages whose refusal is not answered: a headline asks no reply (RFC 6121 §5.2.2), and a
+# groupchat comes from a room, which would hand an error to every occupant, or send it back.
+_UNANSWERED: Final = frozenset({"headline", "groupchat"})
 
 Send = Callable[[str], None]
 
@@ -231,6 +235,45 @@ class QueueService:
             for subscription in self._subscriptions.of_jid(jid):
                 self._touched.add(subscription.node)
                 self._end(subscription)
+
+    def message(self, element: Element) -> None:
+        """A <message/> to the component. Of type error, one the server bounced: its sender
+        is gone (XEP-0254 §4), if it is a subscriber's full JID; nothing is stored or
+        answered. Any other is urn:xmpp:qos's at-most-once level, put on the node its address
+        names as an <acknowledged/> one is (_put_on_node), and answered only if refused."""
+        if element.get("type") == "error":
+            jid = element.get("from", "")
+            if "/" in jid:
+                self.gone(jid)
+            return
+        message = parse_message(element)
+        try:
+            node = _node_of(message.to)
+            self._touched.add(node)
+            body = _stamped(message.message, sender=message.sender, to=message.to)
+            self._put_on_node(node, body, message.sender)
+            return
+        except BoxMQError as error:
+            condition, text = condition_for(error), str(error)
+        except OSError as error:  # the file system failed: logged once, at the batch's end
+            failed = store_failure(error)
+            self._store_failures.append(failed)
+            condition, text = condition_for(failed), str(failed)
+        except Exception:  # a bug must cost one message, never the component's stream
+            log.exception("storing a message from %s to %s", message.sender, message.to)
+            condition, text = INTERNAL, ""
+        if message.type in _UNANSWERED:
+            log.debug(
+                "%s message from %s to %s refused: %s",
+                message.type,
+                message.sender,
+                message.to,
+                text,
+            )
+            return
+        self._send(
+            render.message_error(message.id, message.sender, message.to, condition, text=text)
+        )
 
     def _delivered(self, subscription: Subscription, message: Message) -> None:
         """A message the subscription's consumer locked for it: notify (XEP-0254 §2.2)."""
@@ -707,16 +750,7 @@ class QueueService:
         self._touched.add(node)
         body = _stamped(request.message, sender=iq.sender, to=iq.to)
         if isinstance(request, QosAcknowledged):
-            # As a publish does (flush): the queue known here is put to without a look at
-            # its folder first; the put finds it deleted elsewhere, and the node is a topic.
-            if self._is_queue(node):
-                try:
-                    self._queue(node).put(body)
-                    return render.result(iq)
-                except QueueNotFound:
-                    if not self._deleted_elsewhere(node):
-                        raise
-            self._box.publish(node, body, qos=1, source=iq.sender)
+            self._put_on_node(node, body, iq.sender)
             return render.result(iq)
         # The exactly-once intake makes a queue's folders that are missing: a queue deleted
         # elsewhere is looked for first, or it would be made again.
@@ -746,6 +780,20 @@ class QueueService:
             self._refusals.refused(iq.sender, name, str(error), now=self._now())
             raise
         return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
+
+    def _put_on_node(self, node: str, body: bytes, sender: str) -> None:
+        """An <acknowledged/> message, or a plain one: put on the queue `node`, else
+        published to the topic `node`. As a publish does (flush): the queue known here is put
+        to without a look at its folder first; the put finds it deleted elsewhere, and the
+        node is a topic."""
+        if self._is_queue(node):
+            try:
+                self._queue(node).put(body)
+                return
+            except QueueNotFound:
+                if not self._deleted_elsewhere(node):
+                    raise
+        self._box.publish(node, body, qos=1, source=sender)
 
     def _identities(self, sender: str) -> tuple[str, ...]:
         """The names trusted_sources may list `sender` by: the QoS document trusts senders "in

@@ -93,3 +93,22 @@ def test_a_subscription_whose_record_a_full_disk_refused_is_recorded_once_space_
     assert records.left_over() == [Recorded(BOB, "jobs")]
     assert f"jobs: the subscription of {BOB} is recorded now" in caplog.messages
     wire.service.close()
+
+
+def test_a_plain_message_to_a_queue_on_a_full_disk_is_answered_resource_constraint(
+    box: boxmq.Box, disk: SmallDisk
+) -> None:
+    # urn:xmpp:qos at most once: unanswered when stored, so a refusal must be said (RFC 6120
+    # §8.3), with the condition an <acknowledged/> one gets: wait, the sender may try again
+    wire = Wire(box)
+    wire.create("jobs")
+    disk.fill()
+    [answer] = wire.message(
+        f"<message from='{CAROL}' to='jobs@{SERVICE}' id='m1'><body>23.4</body></message>"
+    )
+    assert (answer.get("type"), answer.get("id")) == ("error", "m1")
+    assert condition(answer) == ("wait", "resource-constraint")
+    assert _working_files(disk.path) == []
+    disk.free()
+    assert box.queue("jobs").counts().ready == 0
+    wire.service.close()

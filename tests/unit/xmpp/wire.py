@@ -55,6 +55,13 @@ class Wire:
         assert len(replies) == 1, [ET.tostring(e) for e in stanzas]
         return replies[0]
 
+    def message(self, xml: str) -> list[ET.Element]:
+        """Send one <message/> as the server writes it to the component; return every
+        stanza the service sent since (a message is answered only when refused)."""
+        self.service.message(in_stream(xml))
+        self.service.flush()  # as the component does after each batch of stanzas
+        return self.take()
+
     def take(self) -> list[ET.Element]:
         """Stanzas sent since the last look (replies already taken by `iq` excluded)."""
         out = self._backlog + [in_stream(x) for x in self.sent]
