@@ -24,6 +24,7 @@ from tests.integration.mqtt.clients import (
 )
 from tests.waiting import waited
 
+from boxmq.mqtt.session_record import read_record
 from boxmq.store.topics import subscription_key, subscription_path
 
 pytestmark = pytest.mark.slow
@@ -179,11 +180,17 @@ def test_a_session_connected_when_the_server_was_killed_ends_its_interval_after_
         victim.client.loop_stop()
         time.sleep(2.5)  # longer than the interval: still, it counts from the restart
         server = serve_process(root, port)
-        restarted = time.monotonic()
+        # The restart's moment as the server took it, which its record says: taken here once
+        # it said it was ready, the start's recovery between the two on a loaded machine
+        # counted against the 2 s.
+        record = read_record(str(root), "victim")
+        assert record is not None
+        assert record.disconnected_at is not None
+        restarted = record.disconnected_at
         assert os.path.isdir(dropbox)
-        while os.path.isdir(dropbox) and time.monotonic() - restarted < 5:
+        while os.path.isdir(dropbox) and time.time() - restarted < 10:
             time.sleep(0.1)
         assert not os.path.exists(dropbox)
-        assert time.monotonic() - restarted > 1.5
+        assert time.time() - restarted > 1.5
     finally:
         stop_process(server)
