@@ -276,9 +276,12 @@ def test_keep_alive_timeout_closes_a_quiet_client(server: RunningServer) -> None
     reads wait WAIT for it, not 5 s: a loaded machine may be seconds late to any step."""
     connect = bytes.fromhex("1011 00044d515454 05 02 0001 00 0004 63616661".replace(" ", ""))
     with socket.create_connection((server.host, server.port), timeout=WAIT) as sock:
+        # From the CONNECT's send, the last packet the client sends: the server's count
+        # starts when it reads it, never earlier, and a test descheduled after the send
+        # must not shorten the 1.5 s it measures.
+        started = time.monotonic()
         sock.sendall(connect)
         data = b""
-        started = time.monotonic()
         while chunk := sock.recv(4096):  # CONNACK, then DISCONNECT 0x8D after 1.5 s of silence
             data += chunk
         waited = time.monotonic() - started

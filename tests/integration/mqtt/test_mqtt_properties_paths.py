@@ -76,8 +76,8 @@ def test_a_share_members_message_given_to_another_when_it_dies_keeps_its_metadat
     first = paho(server, "first", configure=lambda c: c.manual_ack_set(True))  # acks nothing
     first.subscribe("$share/workers/jobs/#", 1, properties=_identified(3))
     publisher = paho(server, "publisher")
-    publisher.publish("jobs/1", b"{}", 1, properties=_published(TopicAlias=2))
     published = time.monotonic()
+    publisher.publish("jobs/1", b"{}", 1, properties=_published(TopicAlias=2))
     _assert_as_sent(first.next(), 3, published, waited=False)
     second = paho(server, "second")
     second.subscribe("$share/workers/jobs/#", 1, properties=_identified(4))
@@ -101,9 +101,9 @@ def test_a_persistent_sessions_messages_keep_their_metadata_across_a_sigterm_res
         away.subscribe("jobs/#", 2, properties=_identified(5))
         away.stop()
         publisher = paho(served, "publisher")
+        published = time.monotonic()
         for topic, qos, retain in (("jobs/1", 1, False), ("jobs/2", 2, False), ("jobs/r", 1, True)):
             publisher.publish(topic, topic, qos, retain=retain, properties=_published())
-        published = time.monotonic()
         publisher.stop()
         time.sleep(1.2)  # so that what is left of the interval is less than was sent
     finally:
@@ -161,6 +161,7 @@ def test_a_message_the_cli_retained_reaches_a_later_v5_subscriber_with_its_metad
     comes after it (a non-persistent session, which gets it from the retained store). The
     request's Response Topic and Correlation Data are given by their `mqtt.*` names here, and
     by `--reply-to` and `--correlation-id` in the next test."""
+    published = time.monotonic()
     boxmq_cli_ok(
         server.root,
         *("publish", "cfg/line-4", '{"speed": 3}', "--qos", "1", "--retain"),
@@ -168,7 +169,6 @@ def test_a_message_the_cli_retained_reaches_a_later_v5_subscriber_with_its_metad
         *("-p", "mqtt.response-topic=cfg/answers", "-p", "mqtt.correlation-data=cmVxLTc="),
         *("--expires-in", "60s"),
     )
-    published = time.monotonic()
     time.sleep(1.2)  # so that what is left of the interval is less than was sent
     late = paho(server, "late")
     late.subscribe("cfg/#", 1, properties=_identified(9))
@@ -202,13 +202,13 @@ def test_a_request_the_cli_published_with_its_reply_to_in_a_side_file_reaches_v5
     away = paho(server, "away", clean=False, expiry=300)
     away.subscribe("cfg/#", 1, properties=_identified(5))
     away.stop()
+    published = time.monotonic()
     boxmq_cli_ok(
         server.root,
         *("publish", "cfg/line-4", "x", "--qos", "1", "--retain"),
         *("--reply-to", "cfg/answers", "--correlation-id", "req-7", "--expires-in", "60s"),
         *("-p", "mqtt.content-type=application/json"),
     )
-    published = time.monotonic()
     late = paho(server, "late")
     late.subscribe("cfg/#", 1, properties=_identified(9))
     back = paho(server, "away", clean=False, expiry=300)
