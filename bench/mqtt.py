@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from boxmq.config import FSYNC_POLICIES
+from boxmq.store.commit import FsyncPolicy
 from machine import Source, interpreter
 from processes import (
     MOSQUITTO,
@@ -437,7 +437,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a tenth of the messages")
     parser.add_argument("--brokers", default="boxmq,mosquitto,amqtt")
-    parser.add_argument("--fsync", default="always", choices=FSYNC_POLICIES)
+    parser.add_argument("--fsync", default="always", choices=FsyncPolicy.words())
     parser.add_argument("--cases", default="qos0,qos1,qos2,shared-qos1")
     parser.add_argument(
         "--budget", type=float, default=None, help="seconds per case (default 90, --quick 30)"

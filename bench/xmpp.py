@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for harness.*
 from harness.prosody import PS, PUBSUB, SECRET, SERVICE, Client, Prosody, clients, run_prosody
 
 import boxmq
-from boxmq.config import FSYNC_POLICIES
+from boxmq.store.commit import FsyncPolicy
 
 # cpu_seconds: a process's own time, not its children's: neither prosody nor serve starts one
 from processes import boxmq_command, cpu_seconds, start_logged, stop
@@ -157,7 +157,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--window", type=int, default=100, help="publishes in flight")
     parser.add_argument("--queue-requests", type=int, default=50)
-    parser.add_argument("--fsync", default="never", choices=FSYNC_POLICIES)
+    parser.add_argument("--fsync", default="never", choices=FsyncPolicy.words())
     parser.add_argument(
         "--persist", action="store_true", help="mod_pubsub stores items (its default)"
     )

@@ -15,6 +15,7 @@ from boxmq import cli_output as output
 from boxmq import cli_types as types
 from boxmq.cli_args import Default
 from boxmq.client import Box
+from boxmq.store.commit import FsyncPolicy  # loaded by boxmq.client already: no cost
 from boxmq.store.layout import State
 
 __all__ = ["Commands", "near_option", "parser"]
@@ -33,8 +34,8 @@ def _add_common(
     )
     parser.add_argument(
         "--fsync",
-        default=default(Default("always")),
-        choices=["always", "interval", "never"],
+        default=default(Default(FsyncPolicy.ALWAYS.value)),
+        choices=FsyncPolicy.words(),
         help="when a put is on disk: always (default; group commit), interval, never",
     )
     parser.add_argument(

@@ -72,10 +72,10 @@ from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
 from boxmq.mqtt.tls import TlsFileError, server_context
+from boxmq.store.commit import FsyncPolicy
 
-__all__ = ["FSYNC_POLICIES", "Security", "ServeConfig", "load_config", "session_limit"]
+__all__ = ["Security", "ServeConfig", "load_config", "session_limit"]
 
-FSYNC_POLICIES: Final = ("always", "interval", "never")
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 # The least each integer limit may be; 1 for those not named. 0: no aliases (MQTT 5.0
@@ -207,8 +207,9 @@ class ServeConfig:
         if data is not None:
             changed = dataclasses.replace(changed, data=Path(data), data_from_file=False)
         if fsync is not None:
-            if fsync not in FSYNC_POLICIES:
-                raise InvalidArgument(f"fsync {fsync!r}: choose one of {', '.join(FSYNC_POLICIES)}")
+            if fsync not in FsyncPolicy.words():
+                choices = ", ".join(FsyncPolicy.words())
+                raise InvalidArgument(f"fsync {fsync!r}: choose one of {choices}")
             changed = dataclasses.replace(changed, fsync=fsync)
         if sweep_interval is not None:
             changed = dataclasses.replace(changed, sweep_interval=sweep_interval)
@@ -234,7 +235,7 @@ def load_config(
     top = Table(document, source=source, homes=_homes())
     listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
-    fsync = top.choice("fsync", FSYNC_POLICIES)
+    fsync = top.choice("fsync", FsyncPolicy.words())
     fsync_interval = top.seconds("fsync_interval", shortest=SHORTEST_INTERVAL)
     sweep_interval = top.seconds("sweep_interval", shortest=SHORTEST_INTERVAL)
     keep_processed = top.boolean("keep_processed")

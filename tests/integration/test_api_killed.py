@@ -18,7 +18,7 @@ from harness.output import read_until
 from harness.stopping import kill
 
 import boxmq
-from boxmq.config import FSYNC_POLICIES
+from boxmq.store.commit import FsyncPolicy
 
 STEPS = 600  # calls the child makes at most: the kill comes well before
 WITHIN = 30.0  # seconds for the child to make the calls the kill waits for
@@ -96,7 +96,7 @@ def _said_until_killed(root: Path, fsync: str, lines: int) -> list[list[str]]:
     return [line.split() for line in whole]
 
 
-@pytest.mark.parametrize("fsync", FSYNC_POLICIES)
+@pytest.mark.parametrize("fsync", FsyncPolicy.words())
 def test_what_the_api_returned_before_a_sigkill_at_a_random_call_holds(
     root: Path, fsync: str
 ) -> None:

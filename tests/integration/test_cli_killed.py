@@ -16,12 +16,12 @@ from harness.output import read_until
 from harness.stopping import kill
 
 import boxmq
-from boxmq.config import FSYNC_POLICIES
+from boxmq.store.commit import FsyncPolicy
 
 SAID_WITHIN = 30.0  # seconds for a CLI run to print its line
 
 
-@pytest.fixture(params=FSYNC_POLICIES)
+@pytest.fixture(params=FsyncPolicy.words())
 def fsync(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

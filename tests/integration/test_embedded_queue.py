@@ -25,9 +25,9 @@ from boxmq.client import queue as queue_module
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.publishing import Publication
 from boxmq.clock import ManualClock
-from boxmq.config import FSYNC_POLICIES
 from boxmq.model import GROUP_KEY, PROPERTIES_FILE, ConsumerId
 from boxmq.store import topics as layout
+from boxmq.store.commit import FsyncPolicy
 from boxmq.store.names import Lock, decode, locked_name, split_lock
 
 
@@ -95,7 +95,7 @@ def test_state_folders_deleted_by_hand_are_made_again_by_a_claim_and_an_ack(
     assert files(root, "jobs", "processing") == files(root, "jobs", "target") == []
 
 
-@pytest.mark.parametrize("fsync", FSYNC_POLICIES)
+@pytest.mark.parametrize("fsync", FsyncPolicy.words())
 def test_put_many_of_nothing_puts_nothing(tmp_path: Path, fsync: str) -> None:
     with boxmq.open(tmp_path, fsync=fsync) as box:  # under always it used to wait forever
         jobs = box.queue("jobs")
@@ -1724,7 +1724,7 @@ def _in_a_thread(what: str, call: Any) -> Any:
     return outcome[0]
 
 
-@pytest.mark.parametrize("fsync", FSYNC_POLICIES)
+@pytest.mark.parametrize("fsync", FsyncPolicy.words())
 def test_a_box_used_after_close_raises_closed_and_never_waits(tmp_path: Path, fsync: str) -> None:
     """The mistake of using a queue after its `with boxmq.open(...)` block: a put under
     fsync=always, on a box that had committed before, waited for ever for the committing

@@ -17,10 +17,10 @@ from harness.stopping import kill, stop
 from tests.xmpp.test_xmpp_serve import _assured, _serve, _wait_for_service, run
 
 import boxmq
-from boxmq.config import FSYNC_POLICIES
+from boxmq.store.commit import FsyncPolicy
 from boxmq.xmpp import ns
 
-# Each test runs under every fsync policy (FSYNC_POLICIES): a crash of a process loses nothing
+# Each test runs under every fsync policy (FsyncPolicy.words()): a crash of a process loses nothing
 # that was answered under any of them (docs/operations.md, Durability); the policy is for a
 # crash of the machine.
 
@@ -36,7 +36,7 @@ def _bodies(box: boxmq.Box, queue: str) -> dict[str, bytes]:
     return taken
 
 
-@pytest.mark.parametrize("fsync", FSYNC_POLICIES)
+@pytest.mark.parametrize("fsync", FsyncPolicy.words())
 def test_what_the_component_answered_survives_a_sigkill_right_after(
     prosody: Prosody, tmp_path: Path, fsync: str
 ) -> None:
@@ -114,7 +114,7 @@ def test_what_the_component_answered_survives_a_sigkill_right_after(
     assert [b"acknowledged" in others[0], b">m1<" in others[1], b">m2<" in others[2]] == [True] * 3
 
 
-@pytest.mark.parametrize("fsync", FSYNC_POLICIES)
+@pytest.mark.parametrize("fsync", FsyncPolicy.words())
 def test_every_publish_answered_of_a_stream_killed_at_a_random_moment_is_stored(
     prosody: Prosody, tmp_path: Path, fsync: str
 ) -> None:

@@ -664,7 +664,7 @@ def open(
         policy = FsyncPolicy(fsync)
     except ValueError:
         raise InvalidArgument(
-            f"fsync {fsync!r}: choose one of {', '.join(p.value for p in FsyncPolicy)}"
+            f"fsync {fsync!r}: choose one of {', '.join(FsyncPolicy.words())}"
         ) from None
     path = _root_path(root)
     # Each of these was taken as it came and failed later, deep inside, or never: a list of

@@ -74,9 +74,17 @@ while their producers still wait for `Committed`. Not told if a move failed."""
 
 
 class FsyncPolicy(Enum):
+    """When a move is on disk. The one spelling of the policies: Box.open's `fsync`, the
+    CLI's `--fsync`, the config file's `fsync` and the benches take these words."""
+
     ALWAYS = "always"
     INTERVAL = "interval"
     NEVER = "never"
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        """The policies as a user writes them: "always", "interval", "never"."""
+        return tuple(policy.value for policy in cls)
 
 
 @cheap_init
