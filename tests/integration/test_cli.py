@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.output import read_line
+from harness.output import read_line, read_until
 from tests.diskfull import small_disk
 
 import boxmq
 from boxmq import cli, cli_message
 from boxmq.cli_args import DURATION_OPTIONS, joined_negative_durations
+from boxmq.client.housekeeping import FULL_SWEEP_EVERY
 from boxmq.clock import ManualClock
 from boxmq.core.topics import sys_unserved
 from boxmq.model import ConsumerId
@@ -1324,6 +1325,7 @@ def test_serve_ends_within_seconds_the_subscription_of_a_subscribe_killed_after_
     generation names as changed."""
     ok(root, "publish", "news/today", "first", "--retain")
     command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    begun = time.monotonic()  # before its full pass at start, timed from its own start
     with subprocess.Popen(
         [*command, "serve", "--no-mqtt", "--sweep-interval", "0.2"],
         stderr=subprocess.PIPE,
@@ -1331,10 +1333,11 @@ def test_serve_ends_within_seconds_the_subscription_of_a_subscribe_killed_after_
     ) as serve:
         try:
             assert serve.stderr is not None
-            for line in serve.stderr:  # (what it says before: the root it serves, ...)
-                if "ready" in line:
-                    break
-            time.sleep(1)  # its first sweep, a full pass, is over
+            # It says "ready" once its sweep at start, a full pass, is over: every subscribe
+            # from here on is one its full passes have not seen (a fixed second's sleep for
+            # that pass proved nothing on a machine that took longer to get there).
+            said = read_until(serve.stderr, lambda said: b"ready" in said, 30)
+            assert b"ready" in said, said
             with subprocess.Popen(
                 [*command, "subscribe", filter], stdout=subprocess.PIPE, text=True
             ) as sub:
@@ -1348,6 +1351,8 @@ def test_serve_ends_within_seconds_the_subscription_of_a_subscribe_killed_after_
             while _subscribers(root) and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert _subscribers(root) == []
+            # Ended by a sweep between full passes, or the test proved nothing.
+            assert time.monotonic() - begun < FULL_SWEEP_EVERY, "its next full pass came first"
         finally:
             serve.terminate()
 
