@@ -396,9 +396,23 @@ def test_a_qos_subscriber_whose_client_refuses_each_notification_is_unsubscribed
             assert [(e.what, e.item) for e in unlocks] == [("unlock", item)] * 3
             ended = await alice.next_event()  # after three refusals in a row: gone
             assert (ended.what, ended.item) == ("subscription", "none")
-            await asyncio.sleep(1.5)  # the handoff, and a round of deliveries after it
-            counts = box.queue("jobs").counts()
+            # Its handoff: the item back in target/, neither held nor dead.
+            jobs = box.queue("jobs")
+            deadline = asyncio.get_running_loop().time() + alice.timeout
+            while (counts := jobs.counts()).locked:
+                assert asyncio.get_running_loop().time() < deadline, counts
+                await asyncio.sleep(0.05)
             assert (counts.ready, counts.locked, counts.dead) == (1, 0, 0)
+            # And the rounds of deliveries after it: the next one goes to a subscriber that
+            # takes it, with no delivery more to alice (each counts one) nor to error/. A
+            # fixed 1.5 s sleep for a round proved nothing where the round came later.
+            await carol.subscribe(1)
+            again = await carol.next_event()
+            assert (again.what, again.item) == ("item", item)
+            held = jobs.find(item)
+            assert held is not None
+            assert (held.state, held.envelope.delivery_count) == (boxmq.State.PROCESSING, 3)
+            assert jobs.counts().dead == 0
 
     run(scenario())
 
