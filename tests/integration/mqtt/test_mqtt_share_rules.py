@@ -354,7 +354,8 @@ def test_a_qos2_message_whose_member_session_ends_before_pubrec_goes_to_another(
     server: RunningServer,
 ) -> None:
     """MQTT-234 note 3: if the member's session ends before it reconnects the server MAY send
-    the message to another member; boxmq does (decided, docs/mqtt.md)."""
+    the message to another member; boxmq does (decided, docs/mqtt.md), though MQTT 5.0's
+    final text says MUST NOT (MQTT-4.8.2-5)."""
     gone, taken, other = _one_each(server, "gone", clean=True, expiry=0)  # no PUBREC
     gone.close()  # Session Expiry 0: the session ends with the connection
     assert sorted(_drain(other, within=1.0)) == [b"0", b"1"]
