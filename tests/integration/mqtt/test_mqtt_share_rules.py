@@ -310,19 +310,19 @@ def test_a_negative_acknowledgement_is_never_sent_to_another_member(
 
 
 def _one_each(
-    server: RunningServer, client_id: str, *, clean: bool, expiry: int
+    server: RunningServer, client_id: str, *, clean: bool, expiry: int, qos: int = 2
 ) -> tuple[socket.socket, raw.Received, Paho]:
     """A raw v5 member `client_id` and a paho member "other" in group g on exact/#, and "0"
-    and "1" published to exact/x at QoS 2, one to each in turn: the raw member's socket, the
+    and "1" published to exact/x at `qos`, one to each in turn: the raw member's socket, the
     PUBLISH it was sent (not answered), and the paho member."""
     member, _ = open_raw(server, client_id, clean=clean, expiry=expiry)
-    member.sendall(subscribe(1, "$share/g/exact/#", 2))
+    member.sendall(subscribe(1, "$share/g/exact/#", qos))
     assert read(member)[0] == 0x90
     other = paho(server, "other")
-    other.subscribe("$share/g/exact/#", 2)
+    other.subscribe("$share/g/exact/#", qos)
     pub = paho(server, "pub")
     for i in range(2):  # one each, in turn
-        pub.publish("exact/x", f"{i}".encode(), 2)
+        pub.publish("exact/x", f"{i}".encode(), qos)
     [sent] = take_publishes(member, 1)
     return member, sent, other
 
@@ -348,6 +348,21 @@ def test_a_qos2_message_whose_member_breaks_off_is_completed_with_it_when_it_ret
     finally:
         back.close()
     assert other.nothing()
+
+
+def test_a_qos1_message_whose_member_breaks_off_and_ends_goes_to_another(
+    server: RunningServer,
+) -> None:
+    """MQTT-234 note 4: if the connection to the member a QoS 1 message is being sent to
+    breaks before its PUBACK, the server MAY send it to another member; boxmq does once the
+    member's session ends, here with the connection (Session Expiry 0, closed without a
+    DISCONNECT). A persistent member's is kept for its return (test_mqtt_share_away)."""
+    gone, taken, other = _one_each(server, "gone", clean=True, expiry=0, qos=1)  # no PUBACK
+    gone.close()
+    got = _drain_received(other, within=1.0)
+    assert sorted(m.payload for m in got) == [b"0", b"1"]
+    assert taken.payload in (b"0", b"1")
+    assert {m.qos for m in got} == {1}
 
 
 def test_a_qos2_message_whose_member_session_ends_before_pubrec_goes_to_another(
@@ -459,6 +474,28 @@ def test_subscribing_again_to_a_group_sends_no_retained_messages(
     for qos in (1, 2):
         plain.subscribe("cfg", qos)
         assert (plain.next().payload, plain.nothing()) == (b"retained", True)
+
+
+@pytest.mark.parametrize("handling", [0, 1])
+def test_no_retain_handling_sends_retained_messages_to_a_member(
+    server: RunningServer, handling: int
+) -> None:
+    """MQTT-234 (3.8.4): "No retained messages are sent" to a session added to a Shared
+    Subscription, new or existing, whatever MQTT 5.0's Retain Handling asks: 0 (send at
+    subscribe) and 1 (send if the subscription is new) send none to its first member, nor
+    to a second, nor on a SUBSCRIBE again, where they do to a plain subscription."""
+    pub = paho(server, "pub")
+    pub.publish("cfg", b"retained", 1, retain=True)
+    first = paho(server, "first")
+    assert _codes(first.subscribe("$share/g/cfg", 1, retainHandling=handling)) == [1]
+    second = paho(server, "second")
+    assert _codes(second.subscribe("$share/g/cfg", 1, retainHandling=handling)) == [1]
+    assert _codes(second.subscribe("$share/g/cfg", 2, retainHandling=handling)) == [2]
+    assert first.nothing()
+    assert second.nothing()
+    plain = paho(server, "plain")
+    plain.subscribe("cfg", 1, retainHandling=handling)
+    assert plain.next().payload == b"retained"
 
 
 @pytest.mark.parametrize("v5", VERSIONS)
