@@ -246,6 +246,32 @@ def test_a_group_whose_last_member_leaves_deletes_what_it_had_not_delivered(
     assert _drain(again) == [b"new"]
 
 
+@pytest.mark.parametrize("v5", VERSIONS)
+@pytest.mark.parametrize("persistent", [False, True], ids=["clean", "persistent"])
+def test_one_session_in_one_share_name_on_overlapping_filters_is_in_two_groups(
+    server: RunningServer, v5: bool, persistent: bool
+) -> None:
+    """MQTT-234 §4.9.2 and note 7: "$share/g/a/#" and "$share/g/a/+" are two Shared
+    Subscriptions, the same ShareName implying no relationship, and a message matching both
+    is processed by each: one session in both gets a copy from each, sharing the second with
+    another member; unsubscribing from one leaves it in the other."""
+    expiry = 3600 if v5 and persistent else None
+    member = paho(server, "m", v5=v5, clean=not persistent, expiry=expiry)
+    assert _codes(member.subscribe("$share/g/a/#", 1)) == [1]
+    assert _codes(member.subscribe("$share/g/a/+", 1)) == [1]
+    other = paho(server, "o", v5=v5)
+    other.subscribe("$share/g/a/+", 1)
+    pub = paho(server, "pub")
+    for payload in (b"1", b"2"):
+        pub.publish("a/b", payload, 1)
+    assert sorted(_drain(member) + _drain(other)) == [b"1", b"1", b"2", b"2"]
+    member.unsubscribe("$share/g/a/#")
+    for payload in (b"3", b"4"):
+        pub.publish("a/b", payload, 1)
+    mine, theirs = _drain(member), _drain(other)
+    assert (len(mine), len(theirs), sorted(mine + theirs)) == (1, 1, [b"3", b"4"])
+
+
 @pytest.mark.parametrize("bad", ["$share/g+/a", "$share/g#/a", "$share/#"])
 def test_a_share_name_holding_a_wildcard_is_refused(server: RunningServer, bad: str) -> None:
     """MQTT-234 §4.9.2: a ShareName does not include '+' or '#', nor a whole-level one (which
