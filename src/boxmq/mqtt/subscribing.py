@@ -142,6 +142,17 @@ def _holds_some(subscriber: Subscriber | None) -> bool:
     return subscriber is not None and subscriber.holding() > 0
 
 
+def _settle_sent(session: Session, subscriber: Subscriber) -> None:
+    """Acknowledge on disk what the session's outbox holds of `subscriber`'s messages (sent
+    or queued): the group they are in ends, and its client's answers will find them gone
+    (Delivery._left). One settled meanwhile (a PUBACK read before) is passed over."""
+    queue = subscriber.queue
+    for token in session.outbox.tokens():
+        if token is not None and token.queue == queue:
+            with contextlib.suppress(BoxMQError):
+                token.ack()
+
+
 def hold_the_rest(client: Client) -> None:
     """The client's packets after this one wait (the broker's `_resume`): the rest of this
     read, and the reads to come, which are not even made until then."""
@@ -719,15 +730,26 @@ class Subscribing:
         client_id = session.client_id
         if options.durable:
             subscribers = self._durable.get(client_id, {})
-            if parse_filter(text).shared and _holds_some(subscribers.get(text)):
-                # MQTT-3.10.4-3: what it was sent it completes, not another member: it takes
-                # nothing more, and closes once those are settled (Delivery.close_drained).
-                subscribers[text].pause()
-                session.leaving[text] = options
-                return True
+            held = subscribers.get(text)
+            # MQTT-234: the last member's UNSUBSCRIBE ends the group, deleting what it had
+            # not delivered; what this one was sent it still completes (its packets are in
+            # its outbox, its later answers settle nothing), settled first so that a member
+            # joining meanwhile is not sent them again.
+            last = False
+            if parse_filter(text).shared and held is not None and _holds_some(held):
+                last = self._last_member(session, text)
+                if not last:
+                    # MQTT-3.10.4-3: what it was sent it completes, not another member: it
+                    # takes nothing more, and closes once those are settled
+                    # (Delivery.close_drained).
+                    held.pause()
+                    session.leaving[text] = options
+                    return True
             subscriber = subscribers.pop(text, None)
             try:
                 if subscriber is not None:
+                    if last:
+                        _settle_sent(session, subscriber)
                     queue = subscriber.queue
                     if session.orphans is None:
                         session.orphans = set()
@@ -750,6 +772,17 @@ class Subscribing:
         else:
             self._memory.unsubscribe(client_id, parse_filter(text))
         return True
+
+    def _last_member(self, session: Session, text: str) -> bool:
+        """Whether the session is the only member of the share group `text` on disk (of any
+        process, a persistent session away included); not when the disk cannot say."""
+        parsed = parse_filter(text)
+        assert parsed.share_group is not None
+        try:
+            members = self._box.topics.members_of(parsed.share_group, parsed.filter)
+        except (BoxMQError, OSError):
+            return False
+        return members == [consumer_name(session.client_id)]
 
     def unsubscribe(self, client: Client, session: Session, packet: Unsubscribe) -> None:
         """UNSUBACK once the session's record says so. A subscription the disk refuses to

@@ -477,7 +477,8 @@ def test_a_share_group_left_holding_a_message_that_expires_over_a_restart_is_lef
     """A persistent session that left a share group while it held one of its messages stays
     a member until that one is settled; when its interval runs out over a restart, it is
     sent again (a second left) and the member's file goes at its PUBACK (`close_drained`);
-    it stayed on disk until the session ended."""
+    it stayed on disk until the session ended. (The group has another member, away: its
+    last member's UNSUBSCRIBE would have ended it.)"""
     target, server = serve_fresh(tmp_path)
     try:
         leaver = _subscribed(target, "leaver", GROUP, 1)
@@ -487,11 +488,12 @@ def test_a_share_group_left_holding_a_message_that_expires_over_a_restart_is_lef
         publisher.stop()
         published = time.monotonic()
         assert _expiring(leaver)[0] == b"short"  # never acknowledged
+        _subscribed(target, "stayer", GROUP, 1).close()
         leaver.sendall(packet(0xA2, (2).to_bytes(2, "big") + b"\x00" + string(GROUP)))
         assert read(leaver) == (0xB0, b"\x00\x02\x00\x00")  # UNSUBACK, success
         leaver.close()
         [members] = target.root.glob("topic-root/*/.subscriptions/share.g/.members")
-        assert [path.name for path in members.iterdir()] == ["leaver"]
+        assert sorted(path.name for path in members.iterdir()) == ["leaver", "stayer"]
         time.sleep(max(0.0, published + 1.5 - time.monotonic()))  # past its interval
         server = _restart(server, signal.SIGTERM, target)
         leaver, present = open_raw(target, "leaver", clean=False, expiry=300)
@@ -501,7 +503,7 @@ def test_a_share_group_left_holding_a_message_that_expires_over_a_restart_is_lef
         assert (members / "leaver").exists()  # it holds the message still
         leaver.sendall(puback(packet_id))
         waited(lambda: not (members / "leaver").exists())
-        assert not (members / "leaver").exists()  # the group's last member: it ended too
+        assert [path.name for path in members.iterdir()] == ["stayer"]
         leaver.close()
     finally:
         stop(server)

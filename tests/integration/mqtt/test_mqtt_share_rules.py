@@ -3,6 +3,7 @@ real-client test checks, one test each, with paho-mqtt 5.0 and 3.1.1 clients."""
 
 from __future__ import annotations
 
+import logging
 import queue
 import socket
 import time
@@ -14,9 +15,11 @@ from tests.integration.mqtt.clients import Paho, Received, RunningServer, drop, 
 from tests.integration.mqtt.raw import (
     open_raw,
     packet,
+    puback,
     pubcomp,
     pubrec,
     read,
+    string,
     subscribe,
     take_publishes,
 )
@@ -270,6 +273,45 @@ def test_one_session_in_one_share_name_on_overlapping_filters_is_in_two_groups(
         pub.publish("a/b", payload, 1)
     mine, theirs = _drain(member), _drain(other)
     assert (len(mine), len(theirs), sorted(mine + theirs)) == (1, 1, [b"3", b"4"])
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_groups_last_member_unsubscribing_ends_it_though_it_still_holds_a_message(
+    server: RunningServer, caplog: pytest.LogCaptureFixture, qos: int
+) -> None:
+    """MQTT-234 §4.9.2: a Shared Subscription lasts while a Session "has not completed a
+    corresponding UNSUBSCRIBE", and ends, its undelivered messages deleted, when none is left:
+    at the last member's UNSUBACK, though it still completes what it was sent (MQTT-3.10.4-3).
+    A member joining then makes a new group, sent only what comes after; the old one kept both
+    what it had not delivered and what came after the UNSUBACK for it (until 2026-12-01)."""
+    leaving, _ = open_raw(server, "leaving", clean=True, expiry=0, receive_maximum=1)
+    try:
+        leaving.sendall(subscribe(1, "$share/g/end/#", qos))
+        assert read(leaving)[0] == 0x90
+        pub = paho(server, "pub")
+        for i in range(3):
+            pub.publish("end/x", f"old {i}".encode(), qos)
+        [held] = take_publishes(leaving, 1)
+        unsubscribe = string("$share/g/end/#")
+        leaving.sendall(packet(0xA2, (2).to_bytes(2, "big") + b"\x00" + unsubscribe))
+        assert read(leaving) == (0xB0, b"\x00\x02\x00\x00")  # UNSUBACK, Success
+        pub.publish("end/x", b"after the UNSUBACK", qos)
+        joining = paho(server, "joining")
+        joining.subscribe("$share/g/end/#", qos)
+        pub.publish("end/x", b"after the SUBSCRIBE", qos)
+        assert _drain(joining) == [b"after the SUBSCRIBE"]
+        with caplog.at_level(logging.WARNING, logger="boxmq"):
+            if qos == 1:
+                leaving.sendall(puback(held.packet_id))
+            else:
+                leaving.sendall(pubrec(held.packet_id))
+                assert read(leaving) == (0x62, held.packet_id.to_bytes(2, "big"))  # PUBREL
+                leaving.sendall(pubcomp(held.packet_id))
+            assert raw.nothing(leaving)  # the rest went with the group
+            assert joining.nothing()
+        assert not caplog.records, [r.getMessage() for r in caplog.records]  # settled nothing
+    finally:
+        leaving.close()
 
 
 @pytest.mark.parametrize("bad", ["$share/g+/a", "$share/g#/a", "$share/#"])
