@@ -470,6 +470,7 @@ class Broker:
         if periodic_due(now, self._next_adoption, _ADOPT_EVERY):  # a clock stepped back too
             self._next_adoption = now + _ADOPT_EVERY
             self._lifetimes.adopt_the_dead()
+            self._lifetimes.resume_unread()
             self._lifetimes.finish_ends()
             self._records.retry()
         self._tell_counts(now)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from enum import Enum, auto
 from functools import partial
@@ -325,6 +325,7 @@ class Lifetimes:
         self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
         self._unread_ends: set[str] = set()  # ends due waiting for their records, told
+        self._unread_at_start: list[str] = []  # the records a start could not read, by path
 
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
         """A session this process holds nothing of ended (a clean start, or one found on disk
@@ -511,11 +512,58 @@ class Lifetimes:
         kept there) or counts is left to it: both sent its Will, and both ended it. Those
         of a dead broker are taken on with one claim of its succession (`_succeed`), not a
         write each: 1,000 records claimed and written one by one took 1.5-2.8 s."""
-        now = self._clock.now()
         chains = Chains(self._box.root, self._token)
+        self._resume(read_records(self._box.root, self._unread_at_start), chains)
+        if not self._unread_at_start:
+            # Else one a record not read leads through may go: read then, its session led to
+            # its dead server with no successor, and was taken on beside the one counting it.
+            self._drop_unneeded(chains)
+
+    def resume_unread(self) -> None:
+        """The sweep's (once a second): the records the start could not read (EIO of a
+        failing disk, told then by `read_records`) read again, and those that read now taken
+        as the start would have (`_resume`); their clients' CONNECTs were refused as a disk
+        failure meanwhile. One whose client connected here since is its own. Left to the
+        look for the dead (`adopt_the_dead`), one counted by a dead server whose succession
+        the start won was never taken on: it leads to this broker."""
+        if not self._unread_at_start:
+            return
+        waiting, read = [], []
+        for path in self._unread_at_start:
+            try:
+                record = read_record_file(path)
+            except OSError:
+                waiting.append(path)  # told at start: quiet till it reads
+                continue
+            if record is not None and record.client_id not in self._sessions:
+                read.append(record)
+        self._unread_at_start = waiting
+        if read:
+            self._resume(read, Chains(self._box.root, self._token), told=True)
+
+    def _resume(
+        self, records: Iterable[SessionRecord], chains: Chains, *, told: bool = False
+    ) -> None:
+        """The sessions of `records`, found on disk, timed by this broker unless another
+        that runs counts them (`resume_expiries`); one whose succession file cannot be read
+        waits for `resume_unread`, told unless `told` already."""
+        now = self._clock.now()
         orphans: dict[str, list[SessionRecord]] = {}
-        for found in read_records(self._box.root):
-            counter = chains.resolve(found.counter, follow=found.holder is None)
+        for found in records:
+            try:
+                counter = chains.resolve(found.counter, follow=found.holder is None)
+            except OSError as error:  # a succession file unreadable: as its record
+                self._unread_at_start.append(record_path(self._box.root, found.client_id))
+                if told:
+                    continue
+                log.error(
+                    "client %s: the succession file its session record leads through cannot "
+                    "be read, so its session is not timed or ended while it cannot (tried "
+                    "again each second): %s",
+                    found.client_id,
+                    store_failure(error),
+                )
+                continue
             if counter == self._token:  # a broker before this one, in this process (a test's)
                 self._count_found(found, now)
             elif chains.alive(counter) is not False:
@@ -529,7 +577,6 @@ class Lifetimes:
                 chains.won(dead, self._token)
                 for found in records:
                     self._count_found(found, now)
-        self._drop_unneeded(chains)
 
     def _count_at_start(self, found: SessionRecord, now: float) -> None:
         """`found`, whose client was connected to a broker that died, taken on by the start;

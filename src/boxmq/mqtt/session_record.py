@@ -103,7 +103,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from boxmq.errors import InvalidName, ProtocolViolation
+from boxmq.errors import InvalidName, ProtocolViolation, store_failure
 from boxmq.mqtt.framing import PacketType, encode_varint
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import read_properties
@@ -428,10 +428,14 @@ def remove_record(root: str, client_id: str) -> None:
         os.unlink(_path(root, client_id))
 
 
-def read_records(root: str) -> Iterator[SessionRecord]:
+def read_records(root: str, unread: list[str] | None = None) -> Iterator[SessionRecord]:
     """Every session record under the root. One unreadable (damaged, or not written by a
     boxmq) is skipped with a warning naming it: its session was left out of `boxmq session
-    ls` and never ended, its Will never sent, and nothing said why."""
+    ls` and never ended, its Will never sent, and nothing said why. One the file system
+    refuses to read (EIO of a failing disk, ELOOP, EISDIR) is skipped too, told at ERROR,
+    and its path added to `unread` (a broker's start reads it again later, Lifetimes):
+    raised, one such file stopped `boxmq serve` from starting and `boxmq session ls` from
+    listing the others. Neither is deleted or written: the session is the user's."""
     with contextlib.suppress(FileNotFoundError), os.scandir(records_folder(root)) as entries:
         for entry in entries:
             if entry.name.startswith("."):
@@ -447,6 +451,18 @@ def read_records(root: str) -> Iterator[SessionRecord]:
                     entry.path,
                     error,
                 )
+                continue
+            except OSError as error:
+                log.error(
+                    "%s cannot be read (%s): its session is not listed, timed or ended, and "
+                    "its Will is not sent, while it cannot (a server takes it on once it "
+                    "reads, and refuses its client's CONNECT as a disk failure till then); "
+                    "the file is left as it is",
+                    entry.path,
+                    store_failure(error),
+                )
+                if unread is not None:
+                    unread.append(entry.path)
                 continue
             if record is not None:
                 yield record

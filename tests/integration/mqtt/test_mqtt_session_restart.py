@@ -22,12 +22,14 @@ from tests.integration.mqtt.clients import (
     WAIT,
     Paho,
     RunningServer,
+    boxmq_cli,
     drop,
     paho,
     paho_properties,
     record_deleted,
     recorded_away,
     recorded_will_sent,
+    serve_fresh,
     serve_process,
     start_server,
     stop_process,
@@ -455,3 +457,39 @@ def test_a_client_back_after_its_server_died_keeps_that_connections_will_until_w
         if taker is not None:
             taker.close()
         server.shutdown()
+
+
+def test_a_session_record_that_cannot_be_read_does_not_stop_the_server_from_starting(
+    tmp_path: Path,
+) -> None:
+    """One session record the file system refused to read at start (EIO of a failing disk;
+    ELOOP here, a symlink to itself) stopped `boxmq serve` from starting, for every client,
+    and `boxmq session ls` from listing the other sessions (found by a second read). The
+    server starts and serves, the record told at ERROR and left as it is, and once it reads
+    again its session is taken on: its time up, it ends."""
+    root = tmp_path / "root"
+    now = time.time()
+    for client_id in ("kept", "broken"):
+        record = SessionRecord(client_id, 2, disconnected_at=now, counted_by=dead_token())
+        write_record(str(root), record)
+    path = Path(records_folder(str(root))) / "broken"
+    aside = tmp_path / "aside"  # out of the folder, where it would be read as a record
+    os.rename(path, aside)
+    os.symlink("broken", path)
+    listed = boxmq_cli(root, "session", "ls")
+    assert listed.returncode == 0, listed.stderr
+    assert "kept" in listed.stdout, listed.stdout
+    assert "broken" not in listed.stdout, listed.stdout
+    assert f"{path} cannot be read (" in listed.stderr, listed.stderr
+    address, process = serve_fresh(tmp_path)
+    try:
+        said = (tmp_path / "serve.log").read_text()
+        assert f"{path} cannot be read (" in said, said
+        paho(address, "someone").stop()
+        record_deleted(root, "kept")
+        assert os.readlink(path) == "broken"  # left as it is
+        os.unlink(path)
+        os.rename(aside, path)  # it reads again
+        record_deleted(root, "broken")
+    finally:
+        stop_process(process)

@@ -4279,9 +4279,10 @@ def _record_looping(root: Path, client_id: str) -> Iterator[None]:
     """The client's record file made a symlink to itself, which every stat and read of it
     refuses (ELOOP: an OSError as root that is neither FileNotFoundError nor
     NotADirectoryError, as EIO of a failing disk is), then the record put back as it was
-    (a rename keeps its inode and mtime: still the one this broker wrote)."""
+    (a rename keeps its inode and mtime: still the one this broker wrote). Aside out of the
+    records folder: there, a start or a sweep read it as the client's record."""
     path = record_path(str(root), client_id)
-    aside = f"{path}.aside"
+    aside = os.path.join(root.parent, f"{os.path.basename(path)}.aside")
     os.rename(path, aside)
     os.symlink(os.path.basename(path), path)
     try:
@@ -5022,3 +5023,102 @@ def test_a_refused_record_whose_file_could_not_be_looked_at_then_is_written_by_t
         )
 
     run_broker(tmp_path, test, clock)
+
+
+def test_a_record_unreadable_at_start_is_told_and_taken_on_once_it_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start read every session record catching only a record that is none: one the
+    file system refused to read (EIO of a failing disk; ELOOP here) raised out of
+    `resume_expiries`, so one such file stopped the server from starting, for every client
+    (found by a second read). The start goes on without it, told once at ERROR; a CONNECT
+    of its client is refused as a disk failure meanwhile; and once it reads, the sweep
+    takes it on as the start would have (here counted by the dead server whose succession
+    the start won for the other session), its end timed from its record, which no step
+    deleted or wrote before."""
+    clock = ManualClock(time.time())
+    root = tmp_path / "root"
+    now = clock.now()
+    dead = dead_token()
+    for client_id in ("readable", "unreadable"):
+        write_record(str(root), SessionRecord(client_id, 60, disconnected_at=now, counted_by=dead))
+    with contextlib.ExitStack() as looping:
+        looping.enter_context(_record_looping(root, "unreadable"))
+
+        async def test(broker: Broker) -> None:
+            told = [m for m in caplog.messages if "cannot be read" in m]
+            assert len(told) == 1, told
+            assert "unreadable" in told[0], told
+            assert "ELOOP" in told[0], told
+            _, refused = _connack(broker, "unreadable", clean=False, session_expiry_interval=60)
+            assert refused.reason is ReasonCode.UNSPECIFIED_ERROR
+            broker.tick(now + 1)
+            looping.close()  # it reads again
+            broker.tick(now + 2)
+            assert read_record(str(root), "unreadable") is not None
+            clock.advance(61)
+            broker.tick(clock.now())
+            await _until(lambda: read_record(str(root), "unreadable") is None)
+            assert read_record(str(root), "readable") is None
+
+        with caplog.at_level(logging.INFO, "boxmq"):
+            run_broker(tmp_path, test, clock)
+
+
+def test_a_succession_file_unreadable_at_start_is_told_and_followed_once_it_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The start follows each session record through the succession files of the dead
+    servers that counted it (succession.successor) catching only a missing file: one it
+    cannot read (EISDIR here; EIO of a failing disk alike) raised out of `resume_expiries`
+    and stopped the server from starting (found by a second read). The start goes on, the
+    session told at ERROR and left as it was, and taken on once the file reads."""
+    clock = ManualClock(time.time())
+    root = tmp_path / "root"
+    dead = dead_token()
+    record = SessionRecord("roamer", 60, disconnected_at=clock.now(), counted_by=dead)
+    write_record(str(root), record)
+    succession = os.path.join(records_folder(str(root)), f".succeeded-{dead}")
+    os.mkdir(succession)  # open() for reading refuses it
+
+    async def test(broker: Broker) -> None:
+        for later in (0, 1, 2):
+            broker.tick(clock.now() + later)
+        told = [m for m in caplog.messages if "client roamer" in m]
+        assert len(told) == 1, told
+        assert "succession file" in told[0], told
+        assert "Is a directory" in told[0], told
+        assert read_record(str(root), "roamer") == record
+        os.rmdir(succession)
+        broker.tick(clock.now() + 3)
+        await _until(lambda: successor(str(root), dead) == broker._token)
+        clock.advance(61)
+        broker.tick(clock.now())
+        await _until(lambda: read_record(str(root), "roamer") is None)
+
+    with caplog.at_level(logging.INFO, "boxmq"):
+        run_broker(tmp_path, test, clock)
+
+
+def test_a_start_that_could_not_read_a_record_keeps_the_succession_files(
+    tmp_path: Path,
+) -> None:
+    """A start deletes the succession files no record it read leads through: one only an
+    unreadable record led through (its dead server's sessions taken on by another that
+    runs) went, so once that record read, its session led to the dead server with no
+    successor, and a sweep took it on beside the server counting it (its Will sent twice).
+    A start that could not read every record keeps them all."""
+    root = tmp_path / "root"
+    dead = dead_token()
+    running = process_token(os.getppid())  # a process of this host that runs
+    record = SessionRecord("roamer", 600, disconnected_at=time.time(), counted_by=dead)
+    write_record(str(root), record)
+    claim(str(root), dead, running)
+    old = time.time() - 10
+    os.utime(os.path.join(records_folder(str(root)), f".succeeded-{dead}"), (old, old))
+    with _record_looping(root, "roamer"):
+
+        async def test(broker: Broker) -> None:
+            assert successor(str(root), dead) == running
+
+        run_broker(tmp_path, test)

@@ -266,6 +266,32 @@ def test_a_damaged_record_is_skipped_with_a_warning_naming_it(
         assert "delete the file to forget the session" in line
 
 
+def test_a_record_that_cannot_be_read_is_told_and_left_and_the_others_are_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a record that is none (ValueError) was skipped: one the file system refused to
+    read (EIO of a failing disk; ELOOP here, a symlink to itself; EISDIR) raised out of the
+    walk, so one such file stopped `boxmq serve` from starting, and `boxmq session ls` from
+    listing the others (found by a second read). It is told at ERROR, naming the file and
+    what to do, left as it is, and named to a caller that asks (`unread`)."""
+    root = str(tmp_path)
+    write_record(root, SessionRecord("good", 5))
+    folder = tmp_path / ".mqtt" / "sessions"
+    os.symlink("looping", folder / "looping")
+    (folder / "a-folder").mkdir()
+    unread: list[str] = []
+    with caplog.at_level(logging.WARNING, "boxmq.mqtt.session_record"):
+        assert [r.client_id for r in read_records(root, unread)] == ["good"]
+    assert sorted(unread) == [str(folder / "a-folder"), str(folder / "looping")]
+    assert sorted(os.listdir(folder)) == ["a-folder", "good", "looping"]  # none removed
+    assert os.readlink(folder / "looping") == "looping"
+    told = sorted((r.levelno, r.getMessage()) for r in caplog.records)
+    assert [level for level, _ in told] == [logging.ERROR, logging.ERROR]
+    for (_, line), name in zip(told, ["a-folder", "looping"], strict=True):
+        assert line.startswith(f"{folder / name} cannot be read (")
+        assert "left as it is" in line
+
+
 def test_the_deadline_counts_from_the_disconnect() -> None:
     assert SessionRecord("a", 30, disconnected_at=100.0).deadline() == 130.0
     assert SessionRecord("a", 30, holder="connected").deadline() is None
