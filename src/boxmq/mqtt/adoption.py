@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
+from boxmq.errors import store_failure
 from boxmq.mqtt.session_record import read_record_file, records_folder
 from boxmq.mqtt.succession import NONE, Chains
 from boxmq.store.layout import SETTLED
@@ -82,6 +83,7 @@ class Orphans:
         # not a read and a JSON parse).
         self._holders: dict[str, tuple[tuple[int, int], str | None, bool]] = {}
         self._quiet: _Quiet | None = None  # what the last look saw, if it found nothing
+        self._unreadable: set[str] = set()  # the records a look could not follow, told
 
     def look(self) -> dict[str, list[tuple[str, str | None]]]:
         """By the token of a broker of this host that died and whose succession none
@@ -108,6 +110,7 @@ class Orphans:
         except FileNotFoundError:
             return found
         hidden = []  # a record being written, a claim, a succession: dropped if unneeded
+        unread: set[str] = set()  # the records this look could not follow
         with entries:
             for entry in entries:
                 if entry.name.startswith("."):
@@ -115,25 +118,39 @@ class Orphans:
                     continue
                 try:
                     status = entry.stat()
+                    key = (status.st_ino, status.st_mtime_ns)
+                    known = self._holders.get(entry.name)
+                    if known is not None and known[0] == key:
+                        _, counter, connected = known
+                    else:
+                        record = read_record_file(entry.path)
+                        if record is None:
+                            continue  # ended now, or no record (said by `boxmq session ls`)
+                        counter, connected = record.counter, record.holder is not None
+                    dead = chains.resolve(counter, follow=not connected)
                 except FileNotFoundError:
                     continue  # its session ended now
-                key = (status.st_ino, status.st_mtime_ns)
-                known = self._holders.get(entry.name)
-                if known is not None and known[0] == key:
-                    _, counter, connected = known
-                else:
-                    record = read_record_file(entry.path)
-                    if record is None:
-                        continue  # ended now, or no record (said by `boxmq session ls`)
-                    counter, connected = record.counter, record.holder is not None
+                except OSError as error:
+                    # EIO of a failing disk, of the record or of a succession file it leads
+                    # through: raised, it failed every look, and no session of a dead broker
+                    # on the root was taken on while it could not be read.
+                    unread.add(entry.name)
+                    self._tell_unread(entry, error)
+                    continue
                 seen[entry.name] = (key, counter, connected)
-                dead = chains.resolve(counter, follow=not connected)
                 if not chains.counts(dead):
                     # One connected to a dead broker is taken on by itself (its claim).
                     found.setdefault(CONNECTED if connected else dead, []).append(
                         (entry.path, counter)
                     )
         self._holders = seen
+        self._unreadable &= unread  # one read again is told again if it fails again
+        if unread:
+            # What a record not read names is not known: its succession files and claims
+            # are kept (one gone, its session read later led to its dead broker with no
+            # successor, and was taken on beside the broker counting it). And the look is
+            # not kept: the next looks at it again, the folder unchanged.
+            return found
         young = chains.drop_unneeded(hidden)  # from the same listing: one a look
         young = _drop_unneeded_claims(hidden, seen, chains.started) or young
         # Found some, the next look finds them again: taking them on may fail and change
@@ -143,6 +160,19 @@ class Orphans:
         if not found and not young and listed.st_mtime < chains.started - SETTLED:
             self._quiet = _Quiet(seeing, chains.running())
         return found
+
+    def _tell_unread(self, entry: os.DirEntry[str], error: OSError) -> None:
+        """A record a look could not follow (it, or a succession file it leads through,
+        unreadable), told once while it stays so, not at each look."""
+        if entry.name in self._unreadable:
+            return
+        self._unreadable.add(entry.name)
+        log.error(
+            "%s: its session is not taken on from a dead server while a file cannot be read "
+            "(the others are; tried again at each sweep): %s",
+            entry.path,
+            store_failure(error),
+        )
 
 
 @contextlib.contextmanager

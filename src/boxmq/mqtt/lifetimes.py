@@ -712,18 +712,24 @@ class Lifetimes:
         self._looking = False
         if looked.cancelled():
             return
+        failed: OSError | None = None
         try:
             for dead, records in looked.result().items():
                 if dead == CONNECTED or self._succeed(dead):
                     for path, counter in records:
-                        self._adopt(path, counter)
+                        try:
+                            self._adopt(path, counter)
+                        except OSError as error:  # that one's: the others are taken on
+                            failed = error
         except OSError as error:
-            if self._sweep_failing.news(error):
+            failed = error
+        if failed is not None:
+            if self._sweep_failing.news(failed):
                 log.error(
                     "the sweep for sessions of dead servers in %s failed, tried again at "
                     "each next one: %s",
                     self._box.root,
-                    store_failure(error),
+                    store_failure(failed),
                 )
             return
         self._sweep_failing.recovered()

@@ -4837,25 +4837,29 @@ def test_a_connect_whose_dead_servers_successor_cannot_be_read_is_refused(
 
 
 @pytest.mark.parametrize("unreadable", ["record", "succession"])
-def test_a_sweep_for_dead_servers_sessions_that_cannot_read_a_file_fails_told_once(
+def test_a_sweep_for_dead_servers_sessions_skips_a_file_it_cannot_read_told_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, unreadable: str
 ) -> None:
     """The sweep for the sessions of servers of this host that died (Broker.tick, Orphans.look
     in a worker thread) stats and reads each record, and follows a dead server's succession
-    file, catching only a missing file. One it cannot read (a record made a symlink to itself,
-    ELOOP; a succession file made a directory, EISDIR; EIO of a failing disk alike) fails that
-    sweep, told once by an ERROR line whatever the sweeps after it, the session left as it
-    was, not the server stopped; once the file reads, the next sweep takes the session on."""
+    file. One it cannot read (a record made a symlink to itself, ELOOP; a succession file
+    made a directory, EISDIR; EIO of a failing disk alike) failed the whole sweep, every
+    second, so no session of a dead server on the root was ever taken on while it could not
+    (found by a second read). It is skipped, told once by an ERROR line naming its record,
+    left as it was; the sessions of the other records are taken on; and once the file
+    reads, the next sweep takes its session on."""
     root = tmp_path / "root"
-    dead = dead_token()
+    dead, other = dead_token(), dead_token()
     folder = records_folder(str(root))
     if unreadable == "record":  # its client was connected to the dead server: no succession
         record = SessionRecord("roamer", 3600, holder=dead, server=dead)
     else:
         record = SessionRecord("roamer", 3600, disconnected_at=time.time(), counted_by=dead)
+    readable = SessionRecord("walker", 3600, holder=other, server=other)
 
     async def test(broker: Broker) -> None:
         write_record(str(root), record)
+        write_record(str(root), readable)
         lifetimes = broker._lifetimes
         with contextlib.ExitStack() as stack, caplog.at_level(logging.INFO, "boxmq.mqtt"):
             if unreadable == "record":
@@ -4869,8 +4873,12 @@ def test_a_sweep_for_dead_servers_sessions_that_cannot_read_a_file_fails_told_on
                 broker.tick(start + later)
                 assert lifetimes._looking
                 await _until(lambda: not lifetimes._looking)
-        told = [r for r in caplog.records if "sweep for sessions" in r.getMessage()]
+            walker = read_record(str(root), "walker")
+            assert walker is not None
+            assert walker.counted_by == broker._token  # taken on all the same
+        told = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert [r.levelno for r in told] == [logging.ERROR], [r.getMessage() for r in told]
+        assert f"{os.path.join(folder, 'roamer')}: " in told[0].getMessage()
         assert ("ELOOP" if unreadable == "record" else "Is a directory") in told[0].getMessage()
         assert read_record(str(root), "roamer") == record
         assert successor(str(root), dead) is None
