@@ -223,6 +223,7 @@ class Broker:
             durable=self._durable,
             after_disk_work=self._after_disk_work,
             remove_record=self._records.remove,
+            refused_here=self._records.refused_here,
             max_expiry=self.limits.max_session_expiry,
         )
         # A connected session another broker on this root took meanwhile.

@@ -301,9 +301,11 @@ class Lifetimes:
         durable: dict[str, dict[str, Subscriber]],
         after_disk_work: AfterDiskWork,
         remove_record: Callable[[str, EndStep], None],
+        refused_here: Callable[[str], bool],
         max_expiry: int,
     ) -> None:
         self._box = box
+        self._refused_here = refused_here  # recording.Recorder.refused_here
         self._max_expiry = max_expiry
         self._after_disk_work = after_disk_work
         self._remove_record = remove_record  # recording.Recorder.remove
@@ -824,10 +826,18 @@ class Lifetimes:
             read, record = self._read_at_end(client_id, expire)
             if not read:
                 return
-            if self.moved_on(record):
+            try:
+                moved_on = self.moved_on(record) and not self._refused_here(client_id)
+            except OSError as error:  # the record's file cannot be looked at (EIO)
+                self._end_waits(client_id, expire, "its session's end waits", error)
+                return
+            if moved_on:
                 # Its client came back to another broker on this root, which holds the
                 # session now (and counts its expiry from the client's next close there),
-                # or one took it on from a broker that died and counts it.
+                # or one took it on from a broker that died and counts it. Not a record
+                # that names another, or none, since this broker's writes were refused (a
+                # full or read-only disk: the one found at start, of a session resumed
+                # here): let go, the session was counted by none, and never ended.
                 self.let_go(session)
                 return
             if not self._will_first(client_id, expire):

@@ -266,6 +266,13 @@ class Recorder:
             self._written[client_id] = written = (now.st_ino, now.st_mtime_ns)
         return (now.st_ino, now.st_mtime_ns) != written
 
+    def refused_here(self, client_id: str) -> bool:
+        """Whether the disk refused this broker's last record of the session (kept for
+        `retry`) and the record there is still the one it would have replaced (`replaced`):
+        what that record says of who holds the session is stale by this broker's own
+        refusal, not another broker's word. OSError if the file cannot be looked at."""
+        return client_id in self._refused and not self.replaced(client_id)
+
     def _path(self, client_id: str) -> str:
         """The client's record's path, kept: escaping the client id costs four times the stat
         that `replaced` makes of it at each write of the record."""

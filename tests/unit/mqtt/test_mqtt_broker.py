@@ -5130,3 +5130,44 @@ def test_a_start_that_could_not_read_a_record_keeps_the_succession_files(
             assert successor(str(root), dead) == running
 
         run_broker(tmp_path, test)
+
+
+def _unlink_read_only(path: str) -> None:
+    raise OSError(errno.EROFS, "Read-only file system", path)
+
+
+@pytest.mark.parametrize("disk", ["full", "read-only"])
+def test_a_resumed_session_whose_records_the_disk_refused_ends_at_its_expiry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, disk: str
+) -> None:
+    """A session found on disk (its record written by a server before this one), resumed by
+    its client's CONNECT and closed while the disk refused every record (ENOSPC; a root
+    turned read-only alike): at its expiry the record on disk, still the one found, names
+    no server but this one, so `expire` took the session for moved on (another server took
+    it) and let it go from memory without ending it; the disk writable again, the sweep
+    wrote the refused close naming this server, and no server ever ended the session (found
+    by a throwaway test). The record on disk is the one this server's refused write would
+    have replaced (Recorder.replaced): the session ends, and its end is finished on disk
+    once it can be."""
+    root = str(tmp_path / "root")
+    clock = ManualClock(time.time())
+    found = SessionRecord(
+        "back", 5, disconnected_at=clock.now(), counted_by=dead_token(), options={}
+    )
+    write_record(root, found)
+
+    async def test(broker: Broker) -> None:
+        _refuse_session_records(monkeypatch, root)
+        if disk == "read-only":  # its end's deletions refused too: finished by the sweep
+            monkeypatch.setattr(os, "unlink", _unlink_read_only)
+        connect_peer(broker, "back", expiry=5, clean=False).close()
+        assert read_record(root, "back") == found  # every write refused
+        clock.advance(6)
+        broker.tick(clock.now())
+        assert "back" not in broker._sessions
+        monkeypatch.undo()
+        for later in (1, 2, 3):
+            broker.tick(clock.now() + later)
+        await _until(lambda: read_record(root, "back") is None)
+
+    run_broker(tmp_path, test, clock)
