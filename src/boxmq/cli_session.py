@@ -27,11 +27,12 @@ module (tests/unit/test_light_imports.py).
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
 from boxmq import cli_output as output
 from boxmq.client import Box
-from boxmq.errors import InvalidArgument, QueueNotFound
+from boxmq.errors import InvalidArgument, QueueNotFound, store_failure
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import SessionRecord, read_record, read_records, remove_record
 from boxmq.mqtt.stored import consumer_name, exactly_once_source
@@ -39,6 +40,8 @@ from boxmq.mqtt.succession import NONE, Chains
 from boxmq.store.process import process_alive, token_pid
 
 __all__ = ["end", "holding_server", "listed", "ls"]
+
+log = logging.getLogger(__name__)
 
 
 def ls(args: argparse.Namespace, box: Box) -> int:
@@ -84,7 +87,7 @@ def listed(
         record = record.capped(limit)
     deadline = record.deadline()
     follow = record.holder is None  # one connected to a dead server is taken on by itself
-    counter = record.counter if chains is None else chains.resolve(record.counter, follow=follow)
+    counter = record.counter if chains is None else _resolved(record, chains, follow=follow)
     if counter == NONE:
         counter = None  # named none, and taken on by none yet
     return {
@@ -105,6 +108,21 @@ def listed(
         "subscriptions": sorted(record.options),
         "will": None if record.will is None else record.will.topic,
     }
+
+
+def _resolved(record: SessionRecord, chains: Chains, *, follow: bool) -> str | None:
+    """The server counting `record`'s session, followed through the succession files; the
+    counter its record names if one of those cannot be read (EIO of a failing disk): raised,
+    it ended `ls` with no session listed."""
+    try:
+        return chains.resolve(record.counter, follow=follow)
+    except OSError as error:
+        log.warning(
+            "client %s: who counts its session is not known: %s",
+            record.client_id,
+            store_failure(error),
+        )
+        return record.counter
 
 
 def _state(session: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ root no server serves (tests/integration/mqtt/test_mqtt_cli_session_end.py has r
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -113,6 +114,31 @@ def test_a_session_kept_by_a_dead_server_shows_the_one_that_succeeded_it(tmp_pat
         f"kept by process {shown['kept_by']} (not running), counted by process {os.getpid()}"
     )
     assert listed(older, chains)["counted_by"] == str(os.getpid())
+
+
+def test_ls_lists_a_session_whose_succession_file_cannot_be_read_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`session ls` follows each record through the succession files of the dead servers
+    that counted it, catching only a missing file: one it cannot read (EISDIR here; EIO of
+    a failing disk alike) ended the command with that error and listed no session at all
+    (found by a second read). Every session is listed, that one as its record names its
+    counter, and a warning names the file."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_record(str(root), SessionRecord("c", 3600, disconnected_at=AT, counted_by=DEAD))
+    write_record(str(root), SessionRecord("d", 3600, disconnected_at=AT))
+    succession = root / ".mqtt" / "sessions" / f".succeeded-{DEAD}"
+    succession.mkdir()
+    with caplog.at_level(logging.WARNING, "boxmq"):
+        assert cli.main(["--data", str(root), "--json", "session", "ls"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [s["client_id"] for s in shown] == ["c", "d"]
+    assert shown[0]["counted_by"] == DEAD.split("-")[1]
+    assert shown[0]["server_running"] is False
+    [told] = caplog.messages
+    assert told.startswith("client c: who counts its session is not known: "), told
+    assert f"{succession}: EISDIR" in told
 
 
 def test_a_session_held_by_a_running_server_is_refused_even_with_force() -> None:
