@@ -464,6 +464,17 @@ class Lifetimes:
         at its client's return, with what it was sent here and acknowledged elsewhere."""
         return record is not None and record.held_by != self._token
 
+    def stale_here(self, client_id: str, record: SessionRecord | None) -> bool:
+        """Whether `record`, read from disk now, says that this broker's copy of the session
+        of `client_id`, whose client is away, is stale (`moved_on`), and is not the record
+        that this broker's own refused write would have replaced (Recorder.refused_here):
+        after a full or read-only disk refused every record of a session resumed here since
+        a restart, the one on disk is the one found at that start, naming no server; taken
+        for another's word, the copy here was let go, neither ended at its expiry nor
+        resumed at its client's return with what it subscribed to since. OSError if the
+        record's file cannot be looked at (EIO)."""
+        return self.moved_on(record) and not self._refused_here(client_id)
+
     def left_by_the_dead(self, record: SessionRecord | None) -> SessionRecord | Claimed | None:
         """`record`, read for a CONNECT of its client, as this broker takes it on: if no
         broker that runs counts it (`_counted`: the one it names, `counter`, followed
@@ -827,17 +838,14 @@ class Lifetimes:
             if not read:
                 return
             try:
-                moved_on = self.moved_on(record) and not self._refused_here(client_id)
+                stale = self.stale_here(client_id, record)
             except OSError as error:  # the record's file cannot be looked at (EIO)
                 self._end_waits(client_id, expire, "its session's end waits", error)
                 return
-            if moved_on:
+            if stale:
                 # Its client came back to another broker on this root, which holds the
                 # session now (and counts its expiry from the client's next close there),
-                # or one took it on from a broker that died and counts it. Not a record
-                # that names another, or none, since this broker's writes were refused (a
-                # full or read-only disk: the one found at start, of a session resumed
-                # here): let go, the session was counted by none, and never ended.
+                # or one took it on from a broker that died and counts it.
                 self.let_go(session)
                 return
             if not self._will_first(client_id, expire):

@@ -73,16 +73,17 @@ class Resuming:
         """The record on disk of a session this process does not hold (one it holds is
         newer): read once per CONNECT, for its owner and then for resuming it. A session
         held here whose client is away may have been resumed since by another broker on
-        this root (DESIGN.md §7): if its record says so, the copy here is stale (what it
-        was sent and has since acknowledged there would go out again), and is let go, to
-        be resumed from the disk like any other."""
+        this root (DESIGN.md §7): if its record says so (`Lifetimes.stale_here`: not one
+        this broker's refused writes left), the copy here is stale (what it was sent and
+        has since acknowledged there would go out again), and is let go, to be resumed from
+        the disk like any other."""
         session = self._sessions.get(client_id)
         if session is None:
             return read_record(self._box.root, client_id)
         if session.connected:
             return None
         record = read_record(self._box.root, client_id)
-        if not self._lifetimes.moved_on(record):
+        if not self._lifetimes.stale_here(client_id, record):
             return None
         self._lifetimes.let_go(session)
         return record

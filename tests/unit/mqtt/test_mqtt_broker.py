@@ -5171,3 +5171,32 @@ def test_a_resumed_session_whose_records_the_disk_refused_ends_at_its_expiry(
         await _until(lambda: read_record(root, "back") is None)
 
     run_broker(tmp_path, test, clock)
+
+
+def test_a_resumed_session_whose_records_the_disk_refused_keeps_its_subscriptions_at_return(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As its expiry did (above), a CONNECT of a client whose session, resumed after a
+    restart, is held here away took the record found at the start, still on disk since
+    every write of it was refused, for another server's word (Resuming.record_of): the copy
+    here was let go and the session resumed from that record, which names no subscription
+    made since, so what the client subscribed to meanwhile was no longer its (found
+    checking `moved_on`'s other caller). The copy here is kept, and delivers."""
+    root = str(tmp_path / "root")
+    found = SessionRecord("back", 600, disconnected_at=time.time(), counted_by=dead_token())
+    write_record(root, found)
+
+    async def test(broker: Broker) -> None:
+        _refuse_session_records(monkeypatch, root)
+        peer = connect_peer(broker, "back", expiry=600, clean=False)
+        peer.send(Subscribe(1, (Subscription("news/#", 1),)))
+        await _until(lambda: any(isinstance(p, Suback) for p in peer.inbox))
+        peer.close()
+        assert read_record(root, "back") == found  # every write refused
+        back = connect_peer(broker, "back", expiry=600, clean=False)
+        connect_peer(broker, "pub").send(Publish("news/1", b"for back", 1, packet_id=1))
+        await _until(lambda: any(isinstance(p, Publish) for p in back.inbox))
+        [delivered] = [p for p in back.take() if isinstance(p, Publish)]
+        assert delivered.payload == b"for back"
+
+    run_broker(tmp_path, test)
