@@ -191,6 +191,7 @@ class Broker:
             self._pool,
             self._kick,
             clock,
+            stored=self._batch_ready,
         )
         self._batches = Batches(
             box, self._pool, self._batch_done, ready=self._batch_ready, clock=clock

@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Executor, Future
 from functools import partial
+from typing import TypeVar
 
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
@@ -89,6 +90,7 @@ __all__ = ["Publishing"]
 log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
+_Result = TypeVar("_Result")
 
 # What the QoS document calls memory attacks, refused to a QoS 2 PUBLISH as the exactly-once
 # intake refuses them to any sender: a limit reached, a message too large, an untrusted one.
@@ -133,8 +135,12 @@ class Publishing:
         pool: Executor,
         kick: Kick,
         clock: Clock,
+        stored: Callable[[], None],
     ) -> None:
+        """`stored`: on the loop, once a Will written outside a batch is in its dropboxes:
+        the connected sessions take it and are written to, as after a batch (broker.py)."""
         self._box = box
+        self._stored = stored
         self._clock = clock
         self._retained_order = RetainedOrder()
         self._settings = settings
@@ -732,18 +738,27 @@ class Publishing:
             # Retained: routed once written, as a client's retained PUBLISH is. Routed first,
             # a subscription made before the write ended was sent the topic's old retained
             # message ("online") and never the Will.
-            run_all(self._box.topics, [Job(write, turn)], self._pool, partial(_first, turn))
+            then = partial(self._will_stored, turn)
+            run_all(self._box.topics, [Job(write, turn)], self._pool, partial(_first, then))
             return
         if write is not None:
             loop = asyncio.get_running_loop()
             done = self._pool.submit(write)
             done.add_done_callback(partial(_tell_will_lost, client_id, will.topic))
-            done.add_done_callback(lambda done: loop.call_soon_threadsafe(written, _failure(done)))
+            then = partial(self._will_stored, written)
+            done.add_done_callback(lambda done: loop.call_soon_threadsafe(then, _failure(done)))
         else:
             written(None)
         # At once, whatever the disk does: a Will reaches whom it can (see _tell_will_lost).
         # Routed before its write, it reaches no subscription made after.
         self._delivery.route_memory(client_id, publish, None)
+
+    def _will_stored(self, then: Callable[[_Result], None], result: _Result) -> None:
+        """A Will's write outside a batch ended: `then` gets its result, and the connected
+        sessions it reached take it now, as after a PUBLISH's batch, not at the timer's next
+        tick (up to 0.25 s later); its in-memory subscribers' copies are written too."""
+        then(result)
+        self._stored()
 
     def _will_turn(
         self,

@@ -1409,6 +1409,29 @@ def _left_with_a_will(broker: Broker, client_id: str, *, delay: int, expiry: int
     device.close()
 
 
+@pytest.mark.parametrize("retain", [False, True])
+def test_a_will_reaches_a_connected_durable_subscriber_with_no_tick(
+    tmp_path: Path, retain: bool
+) -> None:
+    """A Will written into a connected persistent session's dropbox is sent to it once
+    written, as a PUBLISH's batch is (Broker.pump_all), not at the timer's next tick (up to
+    0.25 s later): the tick is never called here."""
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 1, expiry=600)
+        device = Peer(broker)
+        will = Will("will/dev", b"gone", qos=1, retain=retain)
+        device.send(Connect("dev", V5, clean_start=True, will=will))
+        device.take()
+        device.close()
+        await _until(lambda: bool(watcher.inbox))
+        [sent] = watcher.take()
+        assert isinstance(sent, Publish)
+        assert (sent.topic, sent.payload) == ("will/dev", b"gone")
+
+    run_broker(tmp_path, test)
+
+
 def test_a_delayed_will_goes_when_the_brokers_clock_passes_its_delay(tmp_path: Path) -> None:
     """MQTT 5.0 §3.1.3.2.2: the Will waits its Will Delay Interval, timed on the broker's
     clock, as the session's end is, not on the loop's real-time timer (a clock moved on
@@ -1565,17 +1588,10 @@ def test_a_will_due_while_the_server_stops_goes_at_the_next_start(tmp_path: Path
 
     async def then(broker: Broker) -> None:
         watcher = connect_peer(broker, "watcher", expiry=600, clean=False)
-
-        def sent() -> bool:
-            # The Will's write into the watcher's dropbox may end after the watcher's resume
-            # read it (the disk threads' order, a loaded machine's): the server's timer sends
-            # it then, as it sends whatever reached a connected session's dropbox since.
-            broker.tick(clock.now())
-            return any(isinstance(p, Publish) for p in watcher.inbox)
-
-        await _until(sent)
+        # No tick: a Will's write into the watcher's dropbox that ends after the watcher's
+        # resume read it is sent to it then, as a PUBLISH's batch is (Broker.pump_all).
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
         await asyncio.sleep(0.05)  # a second copy would come with it
-        broker.tick(clock.now())
         [will] = [p for p in watcher.take() if isinstance(p, Publish)]
         assert (will.topic, will.payload) == ("will/dev", b"gone")
         await _until(lambda: (read_record(root, "dev") or SessionRecord("", 0)).will is None)
