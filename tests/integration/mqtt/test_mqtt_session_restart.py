@@ -11,6 +11,7 @@ import signal
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -386,16 +387,11 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
     with start_server(tmp_path / "root", fsync="always") as server:
         target = _keeper_away(server)
         _dying(server, "dying", 0).client.loop_stop()  # no reconnect of its own
-        taking: list[Paho] = []
-        taker = threading.Thread(
-            target=lambda: taking.append(paho(server, "dying", clean=False, expiry=60))
-        )
-        taker.start()
-        try:
+        # In a pool, not a bare thread: the connection's failure is raised here, once.
+        with ThreadPoolExecutor(1) as pool:
+            taking = pool.submit(paho, server, "dying", clean=False, expiry=60)
             _record_keeps_the_will_until_it_reaches(server, target)
-        finally:
-            taker.join(WAIT)
-        assert taking, "the new connection was never accepted"
+            taking.result(timeout=WAIT)  # the new connection was accepted
         record = read_record(str(server.root), "dying")
         assert record is not None
         assert record.will is None  # the new connection's: it has none

@@ -11,9 +11,9 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -482,25 +482,22 @@ def test_a_client_coming_back_while_its_dead_servers_session_is_claimed_keeps_it
     assert record is not None
     assert record.holder is not None
     claim = _claim_path(root, "roamer", record.holder)
-    with subprocess.Popen(
-        [sys.executable, "-c", _HOLD_CLAIM, str(claim)], stdout=subprocess.PIPE
-    ) as claimer:
-        try:
-            assert claimer.stdout is not None
-            assert read_line(claimer.stdout, 30) == "held\n"
-            kill(killed)
-            on_a.close()
-            back: list[tuple[socket.socket, bool]] = []
-            connecting = threading.Thread(
-                target=lambda: back.append(open_raw(b, "roamer", expiry=EXPIRY))
-            )
-            connecting.start()
-            time.sleep(1.0)
-            assert not back  # its CONNECT waits for the claim
-        finally:
-            claimer.kill()
-    connecting.join(timeout=30)
-    on_b, present = back[0]
+    # In a pool, not a bare thread: the connection's failure is raised here, once.
+    with ThreadPoolExecutor(1) as pool:
+        with subprocess.Popen(
+            [sys.executable, "-c", _HOLD_CLAIM, str(claim)], stdout=subprocess.PIPE
+        ) as claimer:
+            try:
+                assert claimer.stdout is not None
+                assert read_line(claimer.stdout, 30) == "held\n"
+                kill(killed)
+                on_a.close()
+                back = pool.submit(open_raw, b, "roamer", expiry=EXPIRY)
+                with pytest.raises(TimeoutError):  # its CONNECT waits for the claim
+                    back.result(timeout=1.0)
+            finally:
+                claimer.kill()
+        on_b, present = back.result(timeout=30)
     try:
         assert present
         assert watcher.next(timeout=5.0).payload == b"gone"
