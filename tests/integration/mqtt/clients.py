@@ -30,7 +30,7 @@ import boxmq
 from boxmq.client.box import Box
 from boxmq.clock import Clock
 from boxmq.mqtt.server import MqttServer
-from boxmq.mqtt.session_record import read_record
+from boxmq.mqtt.session_record import read_record, record_path
 from boxmq.mqtt.settings import Listener, MqttSettings
 from boxmq.store.process import process_token
 from boxmq.store.topics import read_records
@@ -207,6 +207,26 @@ def recorded_away(root: Path, client_id: str) -> None:
         return record is not None and record.disconnected_at is not None
 
     until(closed, f"{client_id}: no close recorded within {WAIT} s", every=0.02)
+
+
+def recorded_connected_since(root: Path, client_id: str, since_ns: int) -> None:
+    """Wait until the session record of `client_id` says its client is connected in a file
+    written after `since_ns` (time.time_ns()): what a CONNECT read since then wrote, not a
+    record of before nor the one of a close (which says away). The file is looked at before
+    it is read: the record read is that one or a newer one (each is written anew)."""
+    path = record_path(str(root), client_id)
+    deadline = time.monotonic() + WAIT
+    while True:
+        try:
+            written = os.stat(path).st_mtime_ns
+        except FileNotFoundError:
+            written = 0
+        if written > since_ns:
+            record = read_record(str(root), client_id)
+            if record is not None and record.disconnected_at is None:
+                return
+        assert time.monotonic() < deadline, f"{client_id}: no connection recorded within {WAIT} s"
+        time.sleep(0.02)
 
 
 def recorded_will_sent(root: Path, client_id: str) -> None:
