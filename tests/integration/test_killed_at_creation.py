@@ -17,7 +17,7 @@ import boxmq
 from boxmq.model import PROPERTIES_FILE, TOPIC, Envelope
 from boxmq.mqtt.packets import Publish
 from boxmq.mqtt.properties import Properties
-from boxmq.mqtt.stored import store_with_properties
+from boxmq.mqtt.stored import side_file_of, store_with_properties
 from boxmq.store.names import decode
 from boxmq.store.side_files import GRACE, SideFiles
 from boxmq.store.temporaries import TEMPORARY_PREFIX
@@ -31,9 +31,16 @@ def _publish(box: boxmq.Box, topic: str, body: bytes) -> None:
     packet = Publish(topic, body, 1, packet_id=1, retain=True, properties=_PROPERTIES)
 
     def publish(properties: dict[str, str]) -> object:
-        return box.topics.publish(topic, body, retain=True, properties=properties, reserved=True)
+        return box.topics.publish(
+            topic,
+            body,
+            retain=True,
+            properties=properties,
+            reserved=True,
+            side_file=side_file_of(packet, properties),
+        )
 
-    store_with_properties(packet, box.side_files, publish, lambda _: 0)
+    store_with_properties(packet, publish, lambda _: 0)
 
 
 def _whole(envelope: Envelope, side: SideFiles) -> None:

@@ -409,7 +409,7 @@ class Publishing:
                 self._out.acknowledge(client, Puback, packet_id)
 
         # A retained message is written alone: publish_many has no retained store to keep it.
-        batched = None if packet.retain else publication_of(client_id, packet, self._box.side_files)
+        batched = None if packet.retain else publication_of(client_id, packet)
         order = self._order_of(packet)
         work = partial(self.write, client_id, packet, order)
         client.jobs.append(Job(work, written, batched, answered=packet_id is not None))
@@ -843,7 +843,7 @@ class Publishing:
             )
 
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
-        return store_with_properties(packet, self._box.side_files, publish, room, write=False)
+        return store_with_properties(packet, publish, room)
 
     def _deliver_kept(
         self, client_id: str, packet_id: int, kept: list[Publish], number: int
@@ -902,7 +902,7 @@ class Publishing:
         for index, (client_id, packet) in enumerate(items):
             # Its side file, if any, is written by the intake once its name fits: one that did
             # not fit left a file named by nothing until the hourly collection.
-            properties = kept_properties(packet, self._box.side_files, write=False)
+            properties = kept_properties(packet)
             batch.append(index)
             messages.append(_assured_message(client_id, packet, properties))
         outcomes = self._box.intake.assured_many(messages, reserved=True)  # bx_v5, bx_rp
@@ -922,9 +922,9 @@ class Publishing:
 
         expiry = stored_expiry(packet)
         room = partial(self._box.topics.topic_room, expires_in=expiry, retain=packet.retain)
-        # write=False: the intake writes the side file once a name that names it fits (an
-        # earlier try's, the topic leaving no room for its key, stayed named by nothing).
-        return store_with_properties(packet, self._box.side_files, assured, room, write=False)
+        # The intake writes the side file once a name that names it fits (an earlier
+        # try's, the topic leaving no room for its key, stayed named by nothing).
+        return store_with_properties(packet, assured, room)
 
 
 def _in_clients_words(error: BoxMQError, client_id: str) -> BoxMQError:

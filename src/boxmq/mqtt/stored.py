@@ -186,21 +186,20 @@ def trusts(trusted: frozenset[str] | None, client_id: str) -> bool:
     return any(name in trusted for name in exactly_once_identities(client_id))
 
 
-def kept_properties(
-    packet: Publish, side_files: SideFiles, *, spill: bool = False, write: bool = True
-) -> dict[str, str]:
+def kept_properties(packet: Publish, *, spill: bool = False) -> dict[str, str]:
     """The envelope properties that carry a PUBLISH's v5 properties (none if it has none):
-    the properties themselves when short, else (or with `spill`) the key of the side file
-    they are written to here; write=False: not written, left to the publish, which writes
-    `side_file_of(packet)` only where a file will name it."""
+    the properties themselves when short, else (or with `spill`) the key of their side file.
+    Never written here: the publish writes `side_file_of(packet, ...)` only where a file
+    will name it, withdrawn if its own write fails (one written here for a message whose
+    name then had no room, or whose write the disk refused, stayed named by nothing until
+    the hourly collection)."""
     props = packet.properties.without(*NOT_FORWARDED)
     if not props:
         return {}
     packed = _pack(props)
     if len(packed) <= INLINE_MAX and not spill:
         return {V5_PROPERTIES: packed, **group_of(props)}
-    key = side_files.put(props.raw) if write else key_of(props.raw)
-    return {PROPERTIES_FILE: key, **group_of(props)}
+    return {PROPERTIES_FILE: key_of(props.raw), **group_of(props)}
 
 
 def side_file_of(packet: Publish, properties: dict[str, str]) -> bytes | None:
@@ -230,21 +229,18 @@ def group_of(props: Properties) -> dict[str, str]:
 
 def store_with_properties(
     packet: Publish,
-    side_files: SideFiles,
     store: Callable[[dict[str, str]], _T],
     room: Callable[[dict[str, str]], int],
-    *,
-    write: bool = True,
 ) -> _T:
     """`store(properties)` with the PUBLISH's v5 properties in the name, or, where the topic
-    leaves them too little room there, in a side file (write=False: written by `store`, as
-    `kept_properties` says). Where even the side file's key does not
-    fit beside the topic, the message is stored without them (and a warning logged, with the
-    longest topic that `room(properties)` says `store` has room for beside the key): refusing
-    it would keep it from every subscriber, the ones in memory too, who get it whole. The
-    message's group (`group_of`) goes with the properties where it fits, else the properties
-    go without it, else it goes alone (each time with a warning)."""
-    properties = kept_properties(packet, side_files, write=write)
+    leaves them too little room there, in a side file (written by `store`, as
+    `kept_properties` says). Where even the side file's key does not fit beside the topic,
+    the message is stored without them (and a warning logged, with the longest topic that
+    `room(properties)` says `store` has room for beside the key): refusing it would keep it
+    from every subscriber, the ones in memory too, who get it whole. The message's group
+    (`group_of`) goes with the properties where it fits, else the properties go without it,
+    else it goes alone (each time with a warning)."""
+    properties = kept_properties(packet)
     try:
         return store(properties)
     except MetadataTooLong:
@@ -252,7 +248,7 @@ def store_with_properties(
             raise  # the topic alone is too long: nothing to leave out
     spilled = properties
     if V5_PROPERTIES in properties:
-        spilled = kept_properties(packet, side_files, spill=True, write=write)
+        spilled = kept_properties(packet, spill=True)
         with contextlib.suppress(MetadataTooLong):
             return store(spilled)
     # The longest topic that keeps them all, for the warning: in the name or in a side file,
@@ -289,7 +285,7 @@ def _stored_without(
     return stored
 
 
-def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Publication:
+def publication_of(client_id: str, packet: Publish) -> Publication:
     """A PUBLISH as one message of `Topics.publish_many`, which writes its side file, if
     any, where a copy names it (a batch refused withdraws it), before the commit whose
     flush covers it. Made on the loop as the packet arrives: nothing written here, where
@@ -299,7 +295,7 @@ def publication_of(client_id: str, packet: Publish, side_files: SideFiles) -> Pu
         return Publication(
             packet.topic, packet.payload, packet.qos, None, None, consumer_name(client_id)
         )
-    properties = kept_properties(packet, side_files, write=False)
+    properties = kept_properties(packet)
     return Publication(
         packet.topic,
         packet.payload,

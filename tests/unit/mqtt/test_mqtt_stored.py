@@ -95,7 +95,7 @@ def test_v5_properties_round_trip_through_the_envelope(
     )
     with tempfile.TemporaryDirectory() as root:
         side = SideFiles(root)
-        kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+        kept = _stored(Publish("t", b"", 1, packet_id=1, properties=props), side)
         options = SubscriptionOptions(qos=1, durable=True)
         back = retained_publish(_envelope(kept), b"", options, now=0, side_files=side)
     assert back.properties == props.without(PropertyId.TOPIC_ALIAS)  # the alias was ours
@@ -105,8 +105,7 @@ def test_v5_properties_round_trip_through_the_envelope(
 def test_what_is_left_of_the_expiry_is_sent_on(tmp_path: Path) -> None:
     side = SideFiles(str(tmp_path))
     kept = kept_properties(
-        Publish("t", b"", 1, packet_id=1, properties=Properties.build(message_expiry_interval=60)),
-        side,
+        Publish("t", b"", 1, packet_id=1, properties=Properties.build(message_expiry_interval=60))
     )
     envelope = _envelope(kept, expiration=1_000_060_000)  # epoch ms: 60 s after now=1_000_000
     back = retained_publish(
@@ -122,7 +121,7 @@ def test_a_message_whose_name_lost_its_expiration_goes_out_without_an_expiry(
     # bytes still hold the Message Expiry Interval the publisher set (found by a review).
     side = SideFiles(str(tmp_path))
     props = Properties.build(message_expiry_interval=1, content_type="text/plain")
-    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props))
     back = retained_publish(
         _envelope(kept),
         b"",
@@ -145,7 +144,7 @@ _OPTIONS = SubscriptionOptions(qos=1, durable=True)
 
 def test_properties_too_long_for_a_name_go_to_a_side_file_and_come_back(tmp_path: Path) -> None:
     side = SideFiles(str(tmp_path))
-    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=_LONG), side)
+    kept = _stored(Publish("t", b"", 1, packet_id=1, properties=_LONG), side)
     assert list(kept) == [PROPERTIES_FILE]
     assert len(kept[PROPERTIES_FILE]) == 32  # what the name carries instead of 200 bytes
     fresh = SideFiles(str(tmp_path))  # another process, or after a restart: no cache
@@ -156,9 +155,7 @@ def test_properties_too_long_for_a_name_go_to_a_side_file_and_come_back(tmp_path
 def test_a_missing_side_file_costs_the_properties_not_the_message(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    kept = kept_properties(
-        Publish("t", b"", 1, packet_id=1, properties=_LONG), SideFiles(str(tmp_path))
-    )
+    kept = _stored(Publish("t", b"", 1, packet_id=1, properties=_LONG), SideFiles(str(tmp_path)))
     os.unlink(tmp_path / ".properties" / kept[PROPERTIES_FILE])  # deleted by hand
     side = SideFiles(str(tmp_path))
     with caplog.at_level(logging.WARNING, "boxmq.store"):
@@ -168,13 +165,22 @@ def test_a_missing_side_file_costs_the_properties_not_the_message(
     assert len([r for r in caplog.records if "missing" in r.getMessage()]) == 1  # once
 
 
+def _stored(packet: Publish, side: SideFiles) -> dict[str, str]:
+    """`kept_properties`, its side file written as a publish writes it where a name holds
+    its key (`side_file_of`)."""
+    kept = kept_properties(packet)
+    file = stored.side_file_of(packet, kept)
+    if file is not None:
+        side.put(file)
+    return kept
+
+
 def _room(properties: dict[str, str]) -> int:
     """A store's room for the topic beside `properties` (tests with a store made up here)."""
     return 38
 
 
-def test_short_properties_that_the_topic_leaves_no_room_for_are_spilled(tmp_path: Path) -> None:
-    side = SideFiles(str(tmp_path))
+def test_short_properties_that_the_topic_leaves_no_room_for_are_spilled() -> None:
     packet = Publish("t", b"", 1, packet_id=1, properties=Properties.build(content_type="json"))
     tried: list[dict[str, str]] = []
 
@@ -184,12 +190,12 @@ def test_short_properties_that_the_topic_leaves_no_room_for_are_spilled(tmp_path
             raise MetadataTooLong("no room")
         return "stored"
 
-    assert store_with_properties(packet, side, store, _room) == "stored"
+    assert store_with_properties(packet, store, _room) == "stored"
     assert [list(p) for p in tried] == [[V5_PROPERTIES], [PROPERTIES_FILE]]
 
 
 def test_a_topic_that_leaves_no_room_even_for_the_key_is_stored_without_properties(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     packet = Publish("t", b"", 1, packet_id=1, properties=_LONG)
     tried: list[dict[str, str]] = []
@@ -200,46 +206,42 @@ def test_a_topic_that_leaves_no_room_even_for_the_key_is_stored_without_properti
             raise MetadataTooLong("no room")
         return "stored"
 
-    assert store_with_properties(packet, SideFiles(str(tmp_path)), store, _room) == "stored"
+    assert store_with_properties(packet, store, _room) == "stored"
     assert tried[-1] == {}
     assert "no room in a file name for its v5 properties" in caplog.text
 
 
-def test_the_side_file_of_a_publish_is_for_a_name_or_a_retained_messages_header(
-    tmp_path: Path,
-) -> None:
+def test_the_side_file_of_a_publish_is_for_a_name_or_a_retained_messages_header() -> None:
     """What the publish writes where a file names it (Topics.publish): for a name holding
     its key, and for a retained message whose name holds none of them (its header, in
     store/retained.py); none where the name holds the properties themselves, for a copy that
     is not retained and has no room, or for a PUBLISH without properties."""
-    side = SideFiles(str(tmp_path))
     retained = Publish("t", b"x", 1, True, packet_id=1, properties=_LONG)
     assert stored.side_file_of(retained, {}) == _LONG.raw
     grouped = {GROUP_KEY: "g"}  # the group went alone
     assert stored.side_file_of(retained, grouped) == _LONG.raw
-    keyed = kept_properties(retained, side, write=False)
+    keyed = kept_properties(retained)
     assert PROPERTIES_FILE in keyed
     assert stored.side_file_of(retained, keyed) == _LONG.raw
     short = Publish("t", b"x", 1, True, packet_id=1, properties=Properties.build(content_type="a"))
-    in_name = kept_properties(short, side)
+    in_name = kept_properties(short)
     assert V5_PROPERTIES in in_name
     assert stored.side_file_of(short, in_name) is None
     plain = Publish("t", b"x", 1, False, packet_id=1, properties=_LONG)
     assert stored.side_file_of(plain, {}) is None
-    assert stored.side_file_of(plain, kept_properties(plain, side, write=False)) == _LONG.raw
+    assert stored.side_file_of(plain, kept_properties(plain)) == _LONG.raw
     bare = Publish("t", b"x", 1, True, packet_id=1)
     assert stored.side_file_of(bare, {}) is None
-    assert not (tmp_path / ".properties").exists()  # nothing written here
 
 
-def test_a_topic_too_long_even_without_properties_is_refused(tmp_path: Path) -> None:
+def test_a_topic_too_long_even_without_properties_is_refused() -> None:
     packet = Publish("t", b"", 1, packet_id=1, properties=_LONG)
 
     def store(properties: dict[str, str]) -> None:
         raise MetadataTooLong("no room")
 
     with pytest.raises(MetadataTooLong):
-        store_with_properties(packet, SideFiles(str(tmp_path)), store, _room)
+        store_with_properties(packet, store, _room)
 
 
 def test_the_docs_give_the_topic_lengths_the_names_have_room_for(tmp_path: Path) -> None:
@@ -344,7 +346,7 @@ def test_a_reply_to_that_is_no_topic_name_is_left_out_and_logged_once(
 def test_a_message_with_v5_properties_keeps_them_whatever_its_name_says(tmp_path: Path) -> None:
     props = Properties.build(response_topic="rpc/v5", correlation_data=b"\x00v5")
     side = SideFiles(str(tmp_path))
-    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props))
     envelope = _envelope(kept)
     envelope = Envelope(
         envelope.message_id,
@@ -359,7 +361,7 @@ def test_a_message_with_v5_properties_keeps_them_whatever_its_name_says(tmp_path
 def test_a_message_with_v5_properties_goes_out_with_exactly_those(tmp_path: Path) -> None:
     props = Properties.build(user_properties=[("JMSXGroupID", "o-17"), ("tenant", "acme")])
     side = SideFiles(str(tmp_path))
-    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props), side)
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props))
     assert kept[GROUP_KEY] == "o-17"  # also in the name: the message's group
     back = retained_publish(_envelope(kept), b"", _OPTIONS, now=0, side_files=side)
     assert back.properties == props  # not the group again, nor anything else of the name's
@@ -373,17 +375,15 @@ def test_the_first_jmsxgroupid_user_property_is_the_group(pairs: list[tuple[str,
 
 
 @pytest.mark.parametrize("long", [False, True])
-def test_the_group_goes_into_the_name_with_the_properties(tmp_path: Path, long: bool) -> None:
+def test_the_group_goes_into_the_name_with_the_properties(long: bool) -> None:
     users = [("JMSXGroupID", "o-17"), *(_LONG.user_properties if long else [])]
     props = Properties.build(user_properties=users)
-    kept = kept_properties(
-        Publish("t", b"", 1, packet_id=1, properties=props), SideFiles(str(tmp_path))
-    )
+    kept = kept_properties(Publish("t", b"", 1, packet_id=1, properties=props))
     assert list(kept) == [PROPERTIES_FILE if long else V5_PROPERTIES, GROUP_KEY]
 
 
 def test_without_room_for_both_the_properties_go_first_then_the_group_alone(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     props = Properties.build(user_properties=[("JMSXGroupID", "o-17")], content_type="json")
     packet = Publish("t", b"", 1, packet_id=1, properties=props)
@@ -398,8 +398,7 @@ def test_without_room_for_both_the_properties_go_first_then_the_group_alone(
 
         return attempt
 
-    side = SideFiles(str(tmp_path))
-    assert store_with_properties(packet, side, store(1), _room) == "stored"
+    assert store_with_properties(packet, store(1), _room) == "stored"
     assert tried == [[V5_PROPERTIES, GROUP_KEY], [PROPERTIES_FILE, GROUP_KEY], [PROPERTIES_FILE]]
     assert "no room in a file name for its JMSXGroupID" in caplog.text
     tried.clear()
@@ -410,7 +409,7 @@ def test_without_room_for_both_the_properties_go_first_then_the_group_alone(
             raise MetadataTooLong("no room")
         return "stored"
 
-    assert store_with_properties(packet, side, only_the_group, _room) == "stored"
+    assert store_with_properties(packet, only_the_group, _room) == "stored"
     assert tried[-1] == [GROUP_KEY]
     assert "no room in a file name for its v5 properties" in caplog.text
 
@@ -432,7 +431,7 @@ def test_the_group_s_warning_gives_the_longest_topic_that_keeps_it(
             return box.topics.publish(topic, b"paid", properties=properties, reserved=True)
 
         with caplog.at_level(logging.WARNING, "boxmq.mqtt"):
-            store_with_properties(packet, box.side_files, publish, box.topics.topic_room)
+            store_with_properties(packet, publish, box.topics.topic_room)
     if kept:
         assert "no room" not in caplog.text
     else:
@@ -602,14 +601,12 @@ def test_a_publish_without_properties_becomes_what_the_general_path_makes(
 ) -> None:
     props = Properties.build(message_expiry_interval=expiry)
     packet = Publish(topic, payload, qos, packet_id=1 if qos else None, properties=props)
-    with tempfile.TemporaryDirectory() as root:
-        side = SideFiles(root)
-        general = Publication(
-            topic,
-            payload,
-            qos,
-            properties=kept_properties(packet, side) or None,
-            expires_in=props.message_expiry_interval or None,
-            source=consumer_name(client_id),
-        )
-        assert stored.publication_of(client_id, packet, side) == general
+    general = Publication(
+        topic,
+        payload,
+        qos,
+        properties=kept_properties(packet) or None,
+        expires_in=props.message_expiry_interval or None,
+        source=consumer_name(client_id),
+    )
+    assert stored.publication_of(client_id, packet) == general
