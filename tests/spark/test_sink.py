@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.functions import expr, udf
 from pyspark.sql.streaming.query import StreamingQuery
 
 import boxmq
 from boxmq.store.layout import queue_path
+from boxmq.store.side_files import SIDE_DIR
 
 Finish = Callable[[StreamingQuery], StreamingQuery]
 
@@ -291,6 +295,48 @@ def test_a_failed_write_leaves_no_staged_rows_behind(
     finish(run("IF(body = CAST('bad' AS BINARY), CAST('fixed' AS BINARY), body) AS body"))
     assert _bodies(root, "streamed") == ["a", "b", "fixed"]
     assert _staged_files(root, "streamed") == []
+
+
+def test_an_aborted_write_leaves_no_side_file_named_by_nothing(
+    spark: SparkSession, root: str, tmp_path: Path
+) -> None:
+    """Rows whose properties do not fit in a name wrote side files; the job failed on a bad
+    row of another task, and the abort deleted the staged files, the only ones naming them,
+    which then waited for the hourly collection: the task that failed withdraws its own, the
+    abort those of the tasks that succeeded (Spark hands it their commit messages)."""
+    go = str(tmp_path / "go")
+
+    def body(number: int) -> str | None:
+        # The second task's last row is null, once the first task is done: its commit
+        # message is then the abort's (a second's sleep was not always enough on a busy box).
+        if number == 3:
+            while not os.path.exists(go):
+                time.sleep(0.02)
+            return None
+        return str(number)
+
+    def release() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + 60  # else released anyway: the test fails
+        while time.monotonic() < deadline:
+            stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
+            if any(stage is not None and stage.numCompletedTasks for stage in stages):
+                break
+            time.sleep(0.02)
+        Path(go).touch()
+
+    rows = spark.range(0, 4, 1, numPartitions=2).select(  # ids 0 and 1, then 2 and 3
+        udf(body, "string", useArrow=False)("id").alias("body"),
+        expr("map('trace', repeat(CAST(id AS STRING), 300))").alias("properties"),
+    )
+    releaser = threading.Thread(target=release, daemon=True)
+    releaser.start()
+    with pytest.raises(Exception, match="null body"):
+        rows.write.format("boxmq").option("root", root).option("queue", "out").mode("append").save()
+    releaser.join()
+    assert _staged_files(root, "out") == []
+    side = Path(root, SIDE_DIR)
+    assert (sorted(os.listdir(side)) if side.exists() else []) == []
 
 
 @pytest.mark.parametrize(

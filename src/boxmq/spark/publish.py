@@ -142,8 +142,9 @@ class Publisher:
             folders = intent[1]  # finish the crashed commit; this attempt's files are dropped
         return self._finish(job, batch, folders, replay=intent is not None)
 
-    def abort(self, job: str, batch: int | None, folders: Sequence[str]) -> None:
-        """Drop the staged folders of a failed batch, unless a commit already started on them.
+    def abort(self, job: str, batch: int | None, folders: Sequence[str]) -> set[str]:
+        """Drop the staged folders of a failed batch, unless a commit already started on them;
+        those of `folders` gone (the side files only their files named can go too).
 
         `folders` are those of the tasks that succeeded; a task that failed on a bad row
         staged the rows before it too, and Spark sends no message of it: every attempt's
@@ -161,6 +162,7 @@ class Publisher:
         for folder in (batch_dir, base, os.path.dirname(base)):
             with contextlib.suppress(OSError):
                 os.rmdir(folder)  # only once empty, as _cleanup leaves them
+        return {folder for folder in folders if not os.path.lexists(folder)}
 
     # -- steps ---------------------------------------------------------------------------------
 

@@ -47,18 +47,26 @@ from boxmq.spark.options import SinkOptions
 from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir, write_staged
 from boxmq.spark.zones import SESSION_TIME_ZONE, session_zone
 from boxmq.store.names import encode
-from boxmq.store.side_files import SideFiles
+from boxmq.store.side_files import Placed, SideFiles
 
 __all__ = ["BoxMQBatchWriter", "BoxMQStreamWriter", "Staged", "columns_of"]
 
 
+# The most side files a task tells the driver it made, for an abort to withdraw: a task of
+# many rows of long properties, each its own file, would send a commit message as large as
+# all their keys (the others wait for the hourly collection).
+_MADE_TOLD = 10_000
+
+
 @dataclass(frozen=True)
 class Staged(WriterCommitMessage):
-    """What one task staged: the folder, for the driver's commit."""
+    """What one task staged: the folder, for the driver's commit; the side files it made
+    (SideFiles.place), which only the folder's files name, for its abort."""
 
     job: str
     folder: str
     count: int
+    made: tuple[Placed, ...] = ()
 
 
 def _kind(data_type: DataType) -> str:
@@ -107,11 +115,13 @@ class _Writer:
         if self._layout.expiration_wall_clock and context is not None:
             zone = session_zone(context.getLocalProperty(SESSION_TIME_ZONE))
         count = 0
-        for row in rows:
-            envelope, body, placed = message_of(
-                row, self._layout, ids, self._topic, side_files, zone
-            )
-            try:
+        made: list[Placed] = []  # the side files this task made, up to _MADE_TOLD
+        placed: Placed | None = None  # the row's at hand, until its file is written
+        try:
+            for row in rows:
+                envelope, body, placed = message_of(
+                    row, self._layout, ids, self._topic, side_files, zone
+                )
                 if self._destination.queue is None and envelope.property_value(TOPIC) is None:
                     raise InvalidArgument("boxmq sink: a row has a null topic; it cannot be sent")
                 # A generated id taken in this folder: draw another. A given id taken: it is
@@ -120,17 +130,37 @@ class _Writer:
                     if self._layout.message_id is not None and row[self._layout.message_id]:
                         break
                     envelope = replace(envelope, message_id=ids.new())
-            except BaseException:
-                # The task fails: a side file made for this row alone (its file refused by a
-                # full disk) stayed named by nothing until the hourly collection.
-                if placed is not None:
-                    side_files.withdraw(placed)
-                raise
-            count += 1
-        return Staged(job, folder, count)
+                count += 1
+                if placed is not None and placed.made is not None and len(made) < _MADE_TOLD:
+                    made.append(placed)
+                placed = None
+        except BaseException:
+            # The task fails, and no commit publishes its folder (the abort, or the commit of
+            # the attempt Spark runs again, deletes it): the side files it made, named by its
+            # files alone (the row's own, its file refused by a full disk, and those of the
+            # rows before a bad one), stayed named by nothing until the hourly collection.
+            _withdraw(side_files, made if placed is None else [*made, placed])
+            raise
+        return Staged(job, folder, count, tuple(made))
+
+    def _abort(self, job: str, batch: int | None, staged: Sequence[Staged]) -> None:
+        """Drop the batch's staged folders, and withdraw the side files the tasks that
+        succeeded made, which the files of the folders dropped alone named."""
+        dropped = self._publisher().abort(job, batch, [m.folder for m in staged])
+        side_files = SideFiles(self._destination.root)
+        for message in staged:
+            if message.folder in dropped:
+                _withdraw(side_files, message.made)
 
     def _publisher(self) -> Publisher:
         return Publisher(self._destination, self._fsync)
+
+
+def _withdraw(side_files: SideFiles, made: Sequence[Placed]) -> None:
+    """SideFiles.withdraw's rules: a file a later put reused (a row of another task, a
+    message from elsewhere, which names it) is kept."""
+    for placed in made:
+        side_files.withdraw(placed)
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> Iterator[Sequence[object]]:
@@ -196,7 +226,7 @@ class BoxMQStreamWriter(_Writer, DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         staged = _staged(messages)
         if staged:
-            self._publisher().abort(staged[0].job, batchId, [m.folder for m in staged])
+            self._abort(staged[0].job, batchId, staged)
 
 
 class BoxMQBatchWriter(_Writer, DataSourceArrowWriter):
@@ -213,4 +243,4 @@ class BoxMQBatchWriter(_Writer, DataSourceArrowWriter):
         self._publisher().commit(self._job, None, [m.folder for m in _staged(messages)])
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._publisher().abort(self._job, None, [m.folder for m in _staged(messages)])
+        self._abort(self._job, None, _staged(messages))
