@@ -4,6 +4,7 @@ that another message names."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable
 from functools import partial
@@ -18,6 +19,8 @@ from boxmq.client.publishing import Publication
 from boxmq.model import PROPERTIES_FILE, PUBLISHED_RETAINED
 from boxmq.mqtt.properties import Properties
 from boxmq.store.commit import Committer, Move
+from boxmq.store.layout import TOPIC_ROOT
+from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.side_files import SIDE_DIR, key_of, referenced
 
 RAW = Properties.build(user_properties=[("k", "v" * 300)]).raw
@@ -207,6 +210,52 @@ def test_a_retained_message_whose_flush_fails_once_in_place_keeps_its_side_file(
                 box.topics.publish(LONG_TOPIC, BODY, retain=True, reserved=True, side_file=RAW)
         assert os.listdir(root / SIDE_DIR) == [KEY]
         assert referenced(str(root)) == {KEY}
+
+
+def _blocked(root: Path, topic: str) -> None:
+    """The topic's retained file is a directory (made by hand): the rename that would put a
+    retained message in place fails (EISDIR), before any flush."""
+    os.makedirs(root / TOPIC_ROOT / RETAINED_DIR / hashlib.sha256(topic.encode()).hexdigest())
+
+
+@pytest.mark.parametrize("named_before", [False, True], ids=["alone", "named-before"])
+def test_a_retained_message_whose_rename_fails_leaves_no_side_file_its_header_was_to_name(
+    root: Path, named_before: bool
+) -> None:
+    """The retained file written, its header naming the side file, then its rename into
+    place refused: no header names the side file (a message of another topic named it first
+    keeps it), which stayed until the hourly collection."""
+    with boxmq.open(root, fsync="never") as box:
+        if named_before:
+            box.topics.publish(LONG_TOPIC + "2", BODY, retain=True, reserved=True, side_file=RAW)
+        _blocked(root, LONG_TOPIC)
+        with pytest.raises(IsADirectoryError):
+            box.topics.publish(LONG_TOPIC, BODY, retain=True, reserved=True, side_file=RAW)
+        assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
+        assert referenced(str(root)) == ({KEY} if named_before else set())
+        kept = os.listdir(root / TOPIC_ROOT / RETAINED_DIR)
+        assert [name for name in kept if name.startswith(".")] == []  # nor its staged file
+
+
+def test_an_exactly_once_retained_deliver_whose_rename_fails_leaves_no_side_file_unnamed(
+    root: Path,
+) -> None:
+    """The same at the PUBREL's deliver of a persistent session's QoS 2 retained PUBLISH."""
+    message = AssuredMessage(
+        "mqtt:pub",
+        "1",
+        BODY,
+        topic=LONG_TOPIC,
+        properties={PUBLISHED_RETAINED: True},
+        side_file=RAW,
+    )
+    with boxmq.open(root, fsync="never") as box:
+        assert box.intake.assured_one(message, reserved=True)
+        _blocked(root, LONG_TOPIC)
+        with pytest.raises(IsADirectoryError):
+            box.intake.deliver("mqtt:pub", "1", remember=False)
+        assert os.listdir(root / SIDE_DIR) == []
+        assert referenced(str(root)) == set()
 
 
 LONG = {"k": "v" * 300}  # a producer's property too long for a name: spilled to a side file

@@ -351,9 +351,14 @@ class Publisher:
                 if in_header is not None:  # the copies' names have no room for it: none does
                     self._withdraw(placed)
                 raise
-            # Not withdrawn once `replace` began: a flush that fails may follow the rename
-            # that put the message in place.
-            self._retained.replace(staged)
+            try:
+                self._retained.replace(staged)
+            except BaseException:
+                # Withdrawn only if the header naming it never went in place: a flush that
+                # fails may follow the rename (the copies, committed, name any other).
+                if self._retained.discard(staged) and in_header is not None:
+                    self._withdraw(placed)
+                raise
 
     def send_files(
         self,
@@ -455,7 +460,12 @@ class Publisher:
         except BaseException:
             self._withdraw(placed)  # as in `_publish_retained`: the deliver is tried again
             raise
-        self._retained.replace(staged)
+        try:
+            self._retained.replace(staged)
+        except BaseException:
+            if self._retained.discard(staged):  # never in place: its header names it nowhere
+                self._withdraw(placed)
+            raise
 
     def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
         """Where `send_files` would put the copies of `envelope` (published at QoS 2, from no

@@ -180,7 +180,8 @@ class RetainedStore:
     def replace(self, staged: Staged) -> None:
         """Make the staged message the topic's retained one (a tombstone, or none, deletes
         it, as durably as a replacement: a topic with none gets the tombstone too, which
-        tells a restart that a delete came, see `written_since`)."""
+        tells a restart that a delete came, see `written_since`). A failure leaves the
+        staged file where it is, for `discard`, which tells whether it went in place."""
         if staged.temporary is None:
             try:
                 os.unlink(staged.path)
@@ -191,17 +192,21 @@ class RetainedStore:
                 # come back after a power cut (the unlink is in the folder's entries).
                 flush_directories([self._dir])
             return
-        try:
-            self._committer.commit([Move(staged.temporary, staged.path)])
-        except OSError:
-            _unlink_quietly(staged.temporary)  # not renamed: the old one stays
-            raise
+        self._committer.commit([Move(staged.temporary, staged.path)])
 
     @staticmethod
-    def discard(staged: Staged) -> None:
-        """The publication failed: the topic keeps its retained message."""
-        if staged.temporary is not None:
-            _unlink_quietly(staged.temporary)
+    def discard(staged: Staged) -> bool:
+        """The publication failed: the topic keeps its retained message, unless a `replace`
+        that failed renamed the staged one into place first (a flush failing after it).
+        True if the staged file was still there, so never in place (a rename leaves no file
+        under the name it took it from), and is gone now; False if it was not, or may be."""
+        if staged.temporary is None:
+            return False
+        try:
+            os.unlink(staged.temporary)
+        except OSError:  # renamed, or a failing file system: it may be in place
+            return False
+        return True
 
     def version(self, topic: str) -> Version | None:
         """Which file the topic's retained file is now (a tombstone too); None if none."""
