@@ -155,6 +155,7 @@ class Publishing:
         self._held_total_limit = limits.max_pending_total
         self._held_total_bytes_limit = limits.max_bytes_total
         self._trusted = limits.trusted_sources  # what is held asks it here, not the intake
+        self._held_size_limit = limits.max_message_size
         self.held_totals = HeldTotals()  # every session's holds together (broker.py gives it)
         self._refusal_lines: RefusalLines[str] = RefusalLines()  # QoS 2 refusals told per client
         self._in_use_lines: RefusalLines[str] = RefusalLines()  # 0x91 refusals told per client
@@ -298,12 +299,21 @@ class Publishing:
         waiting in working/ (a 3.1.1 client has no Receive Maximum, and would otherwise hold
         up to 65,535), and the caps on all producers together what all clients hold here
         (counted apart from working/'s, as the caps per producer are): over any, PUBREC 0x97
-        (3.1.1: the close). Four comparisons a message. A client trusted_sources does not
-        list is refused as the intake refuses it: PUBREC 0x87 (3.1.1: the close)."""
+        (3.1.1: the close). And `max_message_size`, as the intake weighs one (its payload):
+        a message the intake refuses to a persistent publisher is not taken from a clean
+        one. Five comparisons a message. A client trusted_sources does not list is refused
+        as the intake refuses it: PUBREC 0x87 (3.1.1: the close)."""
         packet_id = packet.packet_id
         assert packet_id is not None
         if self._trusted is not None and not trusts(self._trusted, session.client_id):
-            refusal = UntrustedSource(exactly_once_source(session.client_id))
+            untrusted = UntrustedSource(exactly_once_source(session.client_id))
+            self._send_error(client, session, Pubrec(packet_id), untrusted)
+            return
+        if len(packet.payload) > self._held_size_limit:
+            refusal = MessageTooLarge(
+                f"client {session.client_id}: a QoS 2 message of {len(packet.payload)} bytes "
+                f"is over max_message_size ({self._held_size_limit})"
+            )
             self._send_error(client, session, Pubrec(packet_id), refusal)
             return
         size = held_size(packet)
