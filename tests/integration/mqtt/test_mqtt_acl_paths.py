@@ -1,0 +1,48 @@
+"""The ACL and the limits on each way a message goes in or out of a real server, alike: a
+message that a check stops on one path must not get past it on another (a resumed session's
+waiting messages after the ACL changed, a QoS 2 message held in memory for its PUBREL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.integration.mqtt.clients import paho, start_server
+
+from boxmq.mqtt.acl import Acl
+from boxmq.mqtt.settings import MqttSettings
+
+BEFORE = "user alice\ntopic readwrite alice/#\n"
+AFTER = "user alice\ntopic readwrite alice/#\ntopic deny alice/secret/#\n"
+
+
+def _acl(tmp_path: Path, text: str) -> MqttSettings:
+    path = tmp_path / "acl"
+    path.write_text(text)
+    return MqttSettings(authorizer=Acl.load(path))
+
+
+def test_a_resumed_session_gets_none_of_what_waited_for_a_filter_the_acl_no_longer_allows(
+    tmp_path: Path,
+) -> None:
+    """alice's persistent session subscribed to alice/secret/# and left; messages for it
+    waited on disk. The server restarts with an ACL that denies alice/secret/#: at her return
+    the subscription is removed, and none of what waited for it reaches her, while what
+    waited for a filter still allowed does."""
+    root = tmp_path / "root"
+    with start_server(root, _acl(tmp_path, BEFORE)) as running:
+        alice = paho(running, "alice-1", username="alice", clean=False, expiry=300)
+        assert alice.subscribe("alice/secret/#", qos=1)[0].value == 1
+        assert alice.subscribe("alice/notes/#", qos=1)[0].value == 1
+        alice.stop()
+        writer = paho(running, "alice-2", username="alice")
+        writer.publish("alice/secret/plan", b"hidden", qos=1)
+        writer.publish("alice/notes/a", b"allowed", qos=1)
+        writer.stop()
+    with start_server(root, _acl(tmp_path, AFTER)) as running:
+        alice = paho(running, "alice-1", username="alice", clean=False, expiry=300)
+        try:
+            got = alice.next()
+            assert (got.topic, got.payload) == ("alice/notes/a", b"allowed")
+            assert alice.nothing(within=1.0)
+        finally:
+            alice.stop()
