@@ -29,6 +29,7 @@ from tests.waiting import until, waited
 import boxmq
 from boxmq.client.box import Box
 from boxmq.clock import Clock
+from boxmq.core import ExactlyOnceLimits
 from boxmq.mqtt.server import MqttServer
 from boxmq.mqtt.session_record import read_record, record_path
 from boxmq.mqtt.settings import Listener, MqttSettings
@@ -85,10 +86,12 @@ def start_server(
     fsync: str = "never",
     clock: Clock | None = None,
     spares: int = 256,
+    exactly_once: ExactlyOnceLimits | None = None,
 ) -> RunningServer:
     """The server in a thread over `root`, on a free port; `clock`: the broker's (keep-alives,
     expiries, Wills), by default the system's; `spares`: boxmq.open's (0: no file of the root
-    kept open for writing, which a remount read-only refuses, EBUSY)."""
+    kept open for writing, which a remount read-only refuses, EBUSY); `exactly_once`:
+    boxmq.open's too (trusted_sources, which no config file sets)."""
     settings = settings or MqttSettings()
     settings = MqttSettings(
         listeners=(Listener("127.0.0.1", 0),),
@@ -97,7 +100,9 @@ def start_server(
         authorizer=settings.authorizer,
         sys_interval=settings.sys_interval,
     )
-    box = boxmq.open(root, fsync=fsync, group_dispatch=group_dispatch, spares=spares)
+    box = boxmq.open(
+        root, fsync=fsync, group_dispatch=group_dispatch, spares=spares, exactly_once=exactly_once
+    )
     server = MqttServer(box, settings, clock=clock)
     ready: queue.Queue[Any] = queue.Queue()
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.integration.mqtt.clients import paho, start_server
+from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
+from boxmq.core import ExactlyOnceLimits
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.settings import MqttSettings
 
@@ -46,3 +48,35 @@ def test_a_resumed_session_gets_none_of_what_waited_for_a_filter_the_acl_no_long
             assert alice.nothing(within=1.0)
         finally:
             alice.stop()
+
+
+def test_trusted_sources_bound_a_qos2_message_held_in_memory_as_they_bound_the_intake(
+    tmp_path: Path,
+) -> None:
+    """`trusted_sources` lets only the sources it lists send exactly once. A persistent
+    publisher's QoS 2 message goes to the intake, which refuses an untrusted one (PUBREC
+    0x87); a clean publisher's, for subscribers served from memory, is held for its PUBREL,
+    which did not ask: the same client id sent exactly once by starting clean. Both now get
+    0x87 naming the client, and the subscriber nothing; a listed client is taken either way."""
+    limits = ExactlyOnceLimits(trusted_sources=frozenset({"mqtt:good"}))
+    with start_server(tmp_path / "root", exactly_once=limits) as running:
+        reader = paho(running, "reader")
+        reader.subscribe("eo/#", qos=2)
+        try:
+            for clean, expiry in ((False, 300), (True, 0)):
+                bad, _ = open_raw(running, "bad", clean=clean, expiry=expiry)
+                with bad:
+                    bad.sendall(publish_qos2("eo/bad", 1, b"not trusted"))
+                    kind, body = read(bad)
+                    assert (kind, body[:3]) == (0x50, b"\x00\x01\x87"), (clean, body)
+                    assert b"client bad may not send messages exactly once" in body
+                assert reader.nothing(within=0.5), clean
+                good, _ = open_raw(running, "good", clean=clean, expiry=expiry)
+                with good:
+                    good.sendall(publish_qos2("eo/good", 1, b"trusted"))
+                    assert read(good) == (0x50, b"\x00\x01")
+                    good.sendall(pubrel(1))
+                    assert read(good) == (0x70, b"\x00\x01")  # PUBCOMP
+                assert reader.next().payload == b"trusted"
+        finally:
+            reader.stop()
