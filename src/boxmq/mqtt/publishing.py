@@ -264,7 +264,8 @@ class Publishing:
             return False
         if not client.told_sys:
             client.told_sys = True
-            log.info(
+            log.log(
+                _first_level(client),
                 "client %s may not publish to %s: $SYS topics are the server's own (an ACL "
                 "rule can allow it); further refusals on this connection are not logged",
                 session.client_id,
@@ -471,7 +472,8 @@ class Publishing:
             log.debug("%s: %s", what, error)
         elif not stored_failed:
             client.told_not_stored = True
-            log.warning(
+            log.log(
+                logging.DEBUG if client.quiet else logging.WARNING,  # a reconnect loop's
                 "%s: %s; further such refusals on this connection are logged at debug level",
                 what,
                 error,
@@ -518,7 +520,8 @@ class Publishing:
             log.debug("client %s may not publish to %s", session.client_id, packet.topic)
         elif not logged:
             client.told_publish = True
-            log.info(
+            log.log(
+                _first_level(client),
                 "client %s may not publish to %s; further refusals of its PUBLISHes on this "
                 "connection are logged at debug level",
                 session.client_id,
@@ -935,6 +938,14 @@ class Publishing:
         # The intake writes the side file once a name that names it fits (an earlier
         # try's, the topic leaving no room for its key, stayed named by nothing).
         return store_with_properties(packet, assured, room)
+
+
+def _first_level(client: Client) -> int:
+    """The level of a connection's first refusal of a kind: INFO, or DEBUG for a connection
+    counted, not told, as a reconnect loop's (connect_answers.py, `Client.quiet`): a script
+    that connects, is refused, and goes, again and again, wrote a line each time, however
+    its connections were summarised."""
+    return logging.DEBUG if client.quiet else logging.INFO
 
 
 def _in_clients_words(error: BoxMQError, client_id: str) -> BoxMQError:

@@ -346,7 +346,8 @@ class Subscribing:
             )
             return
         client.too_deep = True
-        log.warning(
+        log.log(
+            logging.DEBUG if client.quiet else logging.WARNING,  # a reconnect loop's
             "client %s: subscribing to %s refused: its filter has %d levels, over [mqtt.limits] "
             "max_topic_levels = %d; further refusals on this connection are not logged",
             session.client_id,
@@ -380,7 +381,8 @@ class Subscribing:
                 log.debug("client %s may not subscribe to %s", session.client_id, text)
             else:
                 client.told_subscribe = True
-                log.info(
+                log.log(
+                    logging.DEBUG if client.quiet else logging.INFO,  # a reconnect loop's
                     "client %s may not subscribe to %s; further refusals of its filters on "
                     "this connection are logged at debug level",
                     session.client_id,

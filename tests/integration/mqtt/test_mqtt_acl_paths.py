@@ -4,8 +4,10 @@ waiting messages after the ACL changed, a QoS 2 message held in memory for its P
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from tests.integration.mqtt.clients import paho, start_server
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
 
@@ -80,3 +82,31 @@ def test_trusted_sources_bound_a_qos2_message_held_in_memory_as_they_bound_the_i
                 assert reader.next().payload == b"trusted"
         finally:
             reader.stop()
+
+
+def test_a_client_refused_in_a_reconnect_loop_is_told_as_its_connections_are(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A script that connects, publishes to a topic the ACL denies (and subscribes to a
+    filter it denies), and goes, again and again: its connections are told for the first 3
+    of a run and then counted, but each connection's first refusal was told at INFO, one
+    line a run however the connections were summarised. Its refusals now go as its
+    connection lines do: the first 3 connections' told, the rest's at debug level."""
+    (tmp_path / "acl").write_text("pattern readwrite %c/#\n")
+    settings = MqttSettings(authorizer=Acl.load(tmp_path / "acl"))
+    with (
+        caplog.at_level(logging.DEBUG, "boxmq.mqtt"),
+        start_server(tmp_path / "root", settings) as running,
+    ):
+        for _ in range(12):
+            client = paho(running, "dev-1")
+            try:
+                assert client.subscribe("other/#", qos=1)[0].value == 0x87
+                client.client.publish("other/x", b"x", 1).wait_for_publish(timeout=10)
+            finally:
+                client.stop()
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len([m for m in told if "may not publish to other/x" in m]) == 3, told
+    assert len([m for m in told if "may not subscribe to other/#" in m]) == 3, told
+    quiet = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len([m for m in quiet if "may not publish to other/x" in m]) == 9, quiet
