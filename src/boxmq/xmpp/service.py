@@ -29,6 +29,8 @@ from boxmq.client.message import Message
 from boxmq.client.queue import Queue
 from boxmq.client.receiver import Receiver
 from boxmq.clock import periodic_due
+from boxmq.core.refusal_lines import RefusalLines, passed_over_said
+from boxmq.core.topics import about_sys
 from boxmq.errors import (
     BoxMQError,
     Closed,
@@ -169,6 +171,7 @@ class QueueService:
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
         self._refusals = RefusalLog()  # exactly-once messages refused, for who runs it
+        self._sys_lines: RefusalLines[str] = RefusalLines()  # $SYS subscribes, by bare JID
         trusted = box.exactly_once.trusted_sources
         self._trusted = None if trusted is None else TrustedJids(trusted)  # a bad entry: here
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
@@ -609,6 +612,8 @@ class QueueService:
             is_queue = self._is_queue(request.node)  # one look at its folder, for both uses
             if not is_queue:
                 self._refuse_unreachable_topic(request.node)
+                if about_sys(request.node):
+                    self._tell_sys(iq.sender, request.node)
             count = _queue_requests(iq, request)
             level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             name = consumer_name(iq.sender)
@@ -631,6 +636,23 @@ class QueueService:
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
+
+    def _tell_sys(self, jid: str, node: str) -> None:
+        """A subscribe to a topic node under `$SYS`: served (an MQTT client an ACL lets
+        publish there reaches it), but the figures each boxmq serve publishes there go to its
+        MQTT clients only, which the operator is told. Once a minute a bare JID at most: any
+        JID may subscribe and unsubscribe in a loop, and the API's subscribe, which warned
+        at each, wrote a WARNING line each time."""
+        passed_over = self._sys_lines.refused(bare(jid), now=self._now())
+        if passed_over is not None:
+            log.info(
+                "%s subscribed to the topic node %s, under $SYS, the MQTT server's own topics: "
+                "each boxmq serve publishes its figures there to its MQTT clients only, so it "
+                "gets none of them%s",
+                jid,
+                node,
+                passed_over_said(passed_over),
+            )
 
     def _refuse_unreachable_topic(self, node: str) -> None:
         """A topic node whose every publish is refused (each item carries the topic in its
@@ -966,7 +988,9 @@ class QueueService:
             return self._queue(node).consumer(
                 name, max_in_flight=queue_requests, lock_timeout=self._lock_timeout
             )
-        return self._box.subscribe(
+        # The topics' own subscribe: the API's warns its caller of a $SYS filter, a line a
+        # subscribe; this door tells of one itself (_tell_sys), as the MQTT door does.
+        return self._box.topics.subscribe(
             f"$share/{SHARE_GROUP}/{node}",
             name,
             max_in_flight=queue_requests,

@@ -228,6 +228,26 @@ def test_a_subscribe_to_a_topic_node_no_publish_fits_is_refused_as_its_publish_i
     assert wire.subscribe(BOB, 1, node="q" * 120).get("type") == "result"
 
 
+def test_subscribes_to_a_sys_topic_node_in_a_loop_write_one_line_a_minute(
+    wire: Wire, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A subscribe to a topic node under $SYS went through the API's subscribe, which warns
+    # its caller that the MQTT figures never reach it: a WARNING line for the operator each
+    # time any JID subscribed, written as fast as one subscribed and unsubscribed in a loop
+    # (found by a hunt of the limits across the doors). Told once a minute a JID now, at
+    # INFO, counting the ones passed over; the subscription is served as before.
+    with caplog.at_level(logging.DEBUG, "boxmq"):
+        for _ in range(5):
+            assert wire.subscribe(BOB, 1, node="$SYS/broker/uptime").get("type") == "result"
+            assert wire.unsubscribe(BOB, node="$SYS/broker/uptime").get("type") == "result"
+    told = [r for r in caplog.records if r.levelno >= logging.INFO and "$SYS" in r.getMessage()]
+    assert [r.levelno for r in told] == [logging.INFO], [r.getMessage() for r in told]
+    line = told[0].getMessage()
+    assert BOB in line, line
+    assert "$SYS/broker/uptime" in line, line
+    assert "to its MQTT clients only" in line, line
+
+
 def test_disco_of_a_topic_node_no_publish_fits_is_refused_as_its_subscribe_is(
     wire: Wire,
 ) -> None:
