@@ -719,8 +719,10 @@ class Publishing:
         it: a session record drops the Will then, not before, or a SIGKILL between the two
         lost it for the durable subscribers; and not at all if the disk refused it."""
         if not self._may_publish(username, client_id, will.topic):
-            # As for a refused PUBLISH: the log says no, never that it went out.
-            log.info("client %s may not publish its will to %s", client_id, will.topic)
+            # As for a refused PUBLISH: the log says no, never that it went out; at debug
+            # level for a connection of a reconnect loop, whose lines are counted.
+            level = logging.INFO if behind is None else _first_level(behind)
+            log.log(level, "client %s may not publish its will to %s", client_id, will.topic)
             if written is not None:
                 written(None)
             return

@@ -5,6 +5,7 @@ waiting messages after the ACL changed, a QoS 2 message held in memory for its P
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,26 @@ def test_a_client_refused_in_a_reconnect_loop_is_told_as_its_connections_are(
     assert len([m for m in told if "may not subscribe to other/#" in m]) == 3, told
     quiet = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     assert len([m for m in quiet if "may not publish to other/x" in m]) == 9, quiet
+
+
+def test_wills_refused_in_a_reconnect_loop_are_told_as_its_connections_are(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A device that connects with a Will to a topic the ACL denies and loses its connection,
+    again and again: its connections were counted past the first 3, but each Will refused
+    was told at INFO, a line a connection. Now told as its connection lines are."""
+    (tmp_path / "acl").write_text("pattern readwrite %c/#\n")
+    settings = MqttSettings(authorizer=Acl.load(tmp_path / "acl"))
+    with (
+        caplog.at_level(logging.DEBUG, "boxmq.mqtt"),
+        start_server(tmp_path / "root", settings) as running,
+    ):
+        for _ in range(12):
+            sock, _ = open_raw(running, "dev-1", clean=True, expiry=0, will=("other/w", b"gone"))
+            sock.close()  # no DISCONNECT: its Will is due
+        deadline = time.monotonic() + 10
+        while len([r for r in caplog.records if "its will to other/w" in r.getMessage()]) < 12:
+            assert time.monotonic() < deadline, "not every Will was refused"
+            time.sleep(0.05)
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len([m for m in told if "may not publish its will to other/w" in m]) == 3, told
