@@ -87,11 +87,13 @@ def start_server(
     clock: Clock | None = None,
     spares: int = 256,
     exactly_once: ExactlyOnceLimits | None = None,
+    keep_processed: bool = True,
 ) -> RunningServer:
     """The server in a thread over `root`, on a free port; `clock`: the broker's (keep-alives,
     expiries, Wills), by default the system's; `spares`: boxmq.open's (0: no file of the root
     kept open for writing, which a remount read-only refuses, EBUSY); `exactly_once`:
-    boxmq.open's too (trusted_sources, which no config file sets)."""
+    boxmq.open's too (trusted_sources); `keep_processed`:
+    boxmq.open's (False: acks delete, as `boxmq serve` does by default)."""
     settings = settings or MqttSettings()
     settings = MqttSettings(
         listeners=(Listener("127.0.0.1", 0),),
@@ -101,7 +103,12 @@ def start_server(
         sys_interval=settings.sys_interval,
     )
     box = boxmq.open(
-        root, fsync=fsync, group_dispatch=group_dispatch, spares=spares, exactly_once=exactly_once
+        root,
+        fsync=fsync,
+        group_dispatch=group_dispatch,
+        spares=spares,
+        exactly_once=exactly_once,
+        keep_processed=keep_processed,
     )
     server = MqttServer(box, settings, clock=clock)
     ready: queue.Queue[Any] = queue.Queue()

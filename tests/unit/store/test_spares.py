@@ -30,8 +30,13 @@ def finished(tmp_path: Path, name: str, body: bytes) -> str:
 
 
 def pool(root: Path) -> list[str]:
-    """Every spare under the root: shared ones and those in pools' own folders."""
-    return sorted(str(path) for path in (root / SPARE_DIR).rglob("*") if path.is_file())
+    """Every spare under the root: shared ones and those in pools' own folders (not the files
+    an ack left there for the deleter's thread: deleter.py)."""
+    return sorted(
+        str(path)
+        for path in (root / SPARE_DIR).rglob("*")
+        if path.is_file() and not path.name.startswith("gone.")
+    )
 
 
 def test_a_retired_file_is_written_again_by_the_next_put(tmp_path: Path) -> None:
@@ -94,12 +99,14 @@ def test_a_body_another_dropbox_links_is_never_written_into(tmp_path: Path) -> N
     assert pool(tmp_path) == []  # not even for a moment: another process could take it there
     write_new(str(tmp_path / "fresh"), b"XXXXXXXXXXXXXXXXX", spares)
     assert Path(theirs).read_bytes() == b"shared body"
+    spares.close()  # its deletes done (deleter.py)
     assert os.stat(theirs).st_nlink == 1
 
 
 def test_a_large_file_is_deleted_not_kept(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t")
     assert spares.give(finished(tmp_path, "big", b"x" * (1 << 17)))
+    spares.close()  # its deletes done (deleter.py)
     assert pool(tmp_path) == []
 
 
@@ -113,6 +120,7 @@ def test_the_pool_keeps_at_most_its_limit(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t", limit=3)
     for index in range(5):
         assert spares.give(finished(tmp_path, f"m{index}", b"body"))
+    spares.close()  # its deletes done (deleter.py)
     assert len(pool(tmp_path)) == 3
     assert os.listdir(tmp_path / "processing") == []
 
@@ -152,6 +160,7 @@ def test_two_processes_racing_for_one_spare_never_share_it(tmp_path: Path) -> No
 def test_a_limit_of_zero_deletes_at_once(tmp_path: Path) -> None:
     spares = Spares(str(tmp_path), "t", limit=0)
     assert spares.give(finished(tmp_path, "m", b"body"))
+    spares.close()  # its deletes done (deleter.py)
     assert pool(tmp_path) == []
 
 
