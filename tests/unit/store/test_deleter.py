@@ -15,16 +15,22 @@ from pathlib import Path
 import pytest
 from tests.processes import dead_token
 
-from boxmq.store.deleter import Deleter
+from boxmq.store.deleter import PENDING_LIMIT, Deleter
 from boxmq.store.spares import SPARE_DIR, Spares, write_new
 
+WAIT = 30  # seconds: only a broken deleter waits this long
 _calls: list[tuple[str, str, bool]] | None = None  # (event, path, on the caller's thread)
 _caller: int | None = None
+_held: tuple[threading.Event, threading.Event] | None = None  # (reached, released)
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
     if _calls is not None and event in ("os.rename", "os.remove"):
         _calls.append((event, str(args[0]), threading.get_ident() == _caller))
+    if _held is not None and event == "os.remove" and threading.get_ident() != _caller:
+        reached, released = _held  # another thread's unlink waits here until released
+        reached.set()
+        released.wait(WAIT)
 
 
 sys.addaudithook(_audit)  # for good (a hook cannot be removed): it records only when asked
@@ -90,6 +96,35 @@ def test_drain_deletes_every_file_handed_over_then_deletes_at_once(tmp_path: Pat
     with _file_calls() as calls:
         deleter.delete(paths[199])  # after the drain: here, at once
     assert calls == [("os.remove", paths[199], True)]
+    assert os.listdir(tmp_path / "processing") == []
+
+
+def test_past_the_limit_waiting_the_caller_unlinks_at_once(tmp_path: Path) -> None:
+    """A thread behind on slow unlinks: past `limit` files waiting, the caller unlinks (as the
+    ack did before the thread), so a drain never waits on more than `limit` unlinks."""
+    global _held
+    assert 100 <= PENDING_LIMIT <= 5000  # a stop within seconds at 2 ms an unlink
+    deleter = Deleter(limit=3)
+    paths = _finished(tmp_path, 7)
+    reached, released = threading.Event(), threading.Event()
+    _held = reached, released
+    try:
+        with _file_calls() as calls:
+            deleter.delete(paths[0])
+            assert reached.wait(WAIT)  # the thread holds paths[0], and unlinks no more
+            for path in paths[1:]:
+                deleter.delete(path)
+            assert deleter.pending == 3  # paths[1:4]
+            here = [path for event, path, on_caller in calls if on_caller]
+            assert here == paths[4:]  # unlinked before delete returned
+            assert all(not os.path.exists(path) for path in here)
+            released.set()
+            deleter.drain()
+    finally:
+        _held = None
+        released.set()
+    assert [path for event, path, on_caller in calls if not on_caller] == paths[:4]
+    assert {event for event, *_ in calls} == {"os.remove"}
     assert os.listdir(tmp_path / "processing") == []
 
 
