@@ -360,8 +360,17 @@ class Spares:
         kept = self._keep(path, self._own_dir, self._own_prefix + _GONE)
         if not isinstance(kept, str):
             return kept  # deleted here after all (another file system, a full disk), or gone
-        self._deleter.delete(kept)
+        self._deleter.delete(kept)  # at once, here, if close() drained it meanwhile
+        self._remove_own_folder_if_closed()
         return True
+
+    def _remove_own_folder_if_closed(self) -> None:
+        """close() ran in another thread since the check above: `_keep` made the own folder
+        again (close() had removed it), and the deleter, drained, unlinked the file at once.
+        Not empty: close() is still draining it, and removes it next."""
+        if self._closed:
+            with contextlib.suppress(OSError):
+                os.rmdir(self._own_dir)
 
     def _keep(self, path: str, folder: str, prefix: str) -> str | bool:
         """Rename `path` into `folder` as a spare: its new path; else whether `path` was

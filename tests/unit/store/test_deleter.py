@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,6 +22,7 @@ WAIT = 30  # seconds: only a broken deleter waits this long
 _calls: list[tuple[str, str, bool]] | None = None  # (event, path, on the caller's thread)
 _caller: int | None = None
 _held: tuple[threading.Event, threading.Event] | None = None  # (reached, released)
+_before_gone: Callable[[], None] | None = None  # run once before a rename to <own>/gone.<n>
 
 
 def _audit(event: str, args: tuple[object, ...]) -> None:
@@ -31,6 +32,10 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
         reached, released = _held  # another thread's unlink waits here until released
         reached.set()
         released.wait(WAIT)
+    global _before_gone
+    if _before_gone is not None and event == "os.rename" and f"{os.sep}gone." in str(args[1]):
+        run, _before_gone = _before_gone, None
+        run()
 
 
 sys.addaudithook(_audit)  # for good (a hook cannot be removed): it records only when asked
@@ -126,6 +131,29 @@ def test_past_the_limit_waiting_the_caller_unlinks_at_once(tmp_path: Path) -> No
     assert [path for event, path, on_caller in calls if not on_caller] == paths[:4]
     assert {event for event, *_ in calls} == {"os.remove"}
     assert os.listdir(tmp_path / "processing") == []
+
+
+def test_an_ack_racing_close_in_another_thread_leaves_no_own_folder(tmp_path: Path) -> None:
+    """close() in another thread between an ack's check of it and its rename into the own
+    folder: the rename finds the folder gone and makes it again, and the file is unlinked at
+    once (the deleter is drained); the folder made again goes too, not left behind."""
+    global _before_gone
+    spares = Spares(str(tmp_path), "t", limit=0)
+    first, second = _finished(tmp_path, 2)
+    assert spares.give(first)  # the own folder made, the thread started
+
+    def close_elsewhere() -> None:
+        closer = threading.Thread(target=spares.close)
+        closer.start()
+        closer.join(WAIT)
+
+    _before_gone = close_elsewhere
+    try:
+        assert spares.give(second)
+    finally:
+        _before_gone = None
+    assert os.listdir(tmp_path / "processing") == []
+    assert os.listdir(tmp_path / SPARE_DIR) == []  # no own folder made again and left
 
 
 def test_a_failing_unlink_is_logged_and_the_others_are_deleted(
