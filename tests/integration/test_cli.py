@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness.output import read_line, read_until
+from harness.output import Drained, read_line, read_until
 from tests.diskfull import small_disk
 
 import boxmq
@@ -1338,6 +1338,7 @@ def test_serve_ends_within_seconds_the_subscription_of_a_subscribe_killed_after_
             # that pass proved nothing on a machine that took longer to get there).
             said = read_until(serve.stderr, lambda said: b"ready" in said, 30)
             assert b"ready" in said, said
+            Drained(serve.stderr)  # its log goes on: a full pipe would stop it in a write
             with subprocess.Popen(
                 [*command, "subscribe", filter], stdout=subprocess.PIPE, text=True
             ) as sub:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.output import Drained
 from harness.stopping import kill, stop
 from tests.integration.mqtt.clients import START, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
@@ -66,6 +67,8 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert server.stderr is not None
+    said = Drained(server.stderr)  # as it logs: read only at its end, a full pipe stopped it
     with _reaped(server):
         deadline = time.monotonic() + START  # its start, then a sweep
         while time.monotonic() < deadline:
@@ -81,8 +84,7 @@ def test_serve_recovers_dead_locks_sweeps_and_stops_on_sigterm(root: Path) -> No
         assert decode(back).delivery_count == 1
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=10) == 0
-    assert server.stderr is not None
-    log = server.stderr.read()
+    log = said.text()
     server.stderr.close()
     assert "process of 'w' is gone" in log
     assert "1 message(s) expired" in log

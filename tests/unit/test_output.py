@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from harness.output import read_line
+from harness.output import Drained, read_line
 from harness.stopping import kill
 
 SILENT = "import time; time.sleep(60)"
+CHATTY = "import sys; print('ready', flush=True); sys.stdout.write('x' * 2**20); print('end')"
 TWO_LINES = "print('ready', flush=True); print('held', flush=True); import time; time.sleep(60)"
 
 
@@ -71,3 +72,16 @@ def test_a_binary_pipe_is_read_alike(children: list[subprocess.Popen[Any]]) -> N
     children.append(child)
     assert child.stdout is not None
     assert read_line(child.stdout, 30) == "ready\n"
+
+
+def test_a_child_saying_more_than_a_pipe_holds_goes_on_to_its_end_when_drained(
+    children: list[subprocess.Popen[Any]],
+) -> None:
+    """A test that read only the ready line of a chatty child (`boxmq serve` logging) left it
+    stopped in a write once the pipe's 64 KiB were full: this child never ended so."""
+    child = _python(children, CHATTY)
+    assert child.stdout is not None
+    assert read_line(child.stdout, 30) == "ready\n"
+    said = Drained(child.stdout)
+    assert child.wait(timeout=30) == 0, "the child stopped in a write to its full pipe"
+    assert said.text() == "x" * 2**20 + "end\n"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from harness.output import Drained
 from harness.ports import free_port
 from harness.prosody import SECRET, SERVICE, TIMEOUT, Prosody, clients, first_to_hear
 from harness.stopping import kill, stop
@@ -68,18 +69,26 @@ def _serve_at(
     )
 
 
+def _drained(process: subprocess.Popen[str]) -> Drained:
+    """The output of a component that serves on while the test runs, read as it comes: read
+    only at its end, a log longer than the pipe holds stopped it in a write, serving no one."""
+    assert process.stdout is not None
+    return Drained(process.stdout)
+
+
 @pytest.fixture
 def served(prosody: Prosody, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     data = tmp_path / "data"
     with boxmq.open(data, fsync="never") as box:
         box.queue("jobs")
     process = _serve(prosody, data)
+    said = _drained(process)
     try:
         yield process, data
     finally:
         stop(process, seconds=10)
+        output = said.text()
         assert process.stdout is not None
-        output = process.stdout.read()
         process.stdout.close()
     # SIGTERM: the component leaves cleanly (its subscribers' locks back on disk), exit 0
     assert process.returncode == 0, output
@@ -187,22 +196,27 @@ def _served_across_a_kill(
     """Run `scenario` beside a component serving `data`; the callable it is given SIGKILLs
     that component and starts another, which then stops cleanly, with no traceback."""
     first = _serve(prosody, data)
-    started: list[subprocess.Popen[str]] = []
+    _drained(first)  # what it says before its kill is not checked
+    started: list[tuple[subprocess.Popen[str], Drained]] = []
 
     def kill_and_start_again() -> None:
         kill(first)
-        started.append(_serve(prosody, data))
+        again = _serve(prosody, data)
+        started.append((again, _drained(again)))
 
     outputs: list[str] = []
     try:
         run(scenario(kill_and_start_again))
     finally:
         first.kill()
-        first.communicate(timeout=10)
-        for second in started:
+        first.wait(timeout=10)
+        for second, said in started:
             stop(second, seconds=10)
-            outputs.append(second.communicate()[0])  # the rest of its output, to its end
-    [second], [output] = started, outputs
+            outputs.append(said.text())  # all of its output, to its end
+        for process in [first, *(second for second, _ in started)]:
+            assert process.stdout is not None
+            process.stdout.close()
+    [(second, _)], [output] = started, outputs
     assert second.returncode == 0, output
     assert "Traceback" not in output, output
 
@@ -312,6 +326,7 @@ def test_serve_with_the_servers_raised_stanza_limit_sends_items_up_to_it(
     with boxmq.open(data, fsync="never") as box:
         item = box.queue("jobs").put(b"x" * 600_000)
     process = _serve(roomy_prosody, data, SECRET, "--xmpp-stanza-size-limit", str(2**20))
+    said = _drained(process)
 
     async def scenario() -> None:
         async with clients(roomy_prosody, "alice") as [alice]:
@@ -327,7 +342,9 @@ def test_serve_with_the_servers_raised_stanza_limit_sends_items_up_to_it(
         run(scenario())
     finally:
         stop(process, seconds=10)
-        output, _ = process.communicate()
+        output = said.text()
+        assert process.stdout is not None
+        process.stdout.close()
     assert process.returncode == 0, output
     assert "error/" not in output, output
 
