@@ -35,6 +35,8 @@ from tests.integration.mqtt.clients import (
 )
 from tests.waiting import until, waited
 
+from boxmq.mqtt.session_record import read_record
+
 pytestmark = pytest.mark.slow
 
 KILLS = 3
@@ -209,8 +211,9 @@ def test_mosquitto_sub_at_qos2_loses_nothing_through_sigkills(tmp_path: Path) ->
 class _Gate(threading.Thread):
     """A TCP relay from mosquitto_sub to the server that can swallow what the client sends
     (`swallow`): what a server killed before it read its socket never got. `swallowed` counts
-    the chunks it took; `cut` drops the connections open (the client connects again by
-    itself)."""
+    the chunks it took; `pubcomps` the PUBCOMPs it passed on (the server reads them before a
+    close of the same connection, which comes after them on it); `cut` drops the connections
+    open (the client connects again by itself)."""
 
     def __init__(self, server_port: int) -> None:
         super().__init__(daemon=True)
@@ -219,6 +222,7 @@ class _Gate(threading.Thread):
         self.port = self.listener.getsockname()[1]
         self.swallow = False
         self.swallowed = 0
+        self.pubcomps = 0
         self.open: list[socket.socket] = []
 
     def run(self) -> None:
@@ -242,16 +246,45 @@ class _Gate(threading.Thread):
                 end.shutdown(socket.SHUT_RDWR)
 
     def _pipe(self, source: socket.socket, sink: socket.socket, gated: bool) -> None:
+        kinds: _Kinds | None = _Kinds() if gated else None
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 if gated and self.swallow:
                     self.swallowed += 1
+                    kinds = None  # a packet cut short: this stream's kinds are lost
                     continue
                 sink.sendall(data)
+                if kinds is not None:
+                    self.pubcomps += kinds.read(data).count(mqtt.PUBCOMP >> 4)
         for end in (source, sink):  # one side gone: the connection is over for both
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
             end.close()
+
+
+class _Kinds:
+    """The packet types of an MQTT stream read in chunks as they come (a packet may straddle
+    two): each packet's fixed header read, its remaining length skipped."""
+
+    def __init__(self) -> None:
+        self._unread = b""
+
+    def read(self, data: bytes) -> list[int]:
+        self._unread += data
+        kinds: list[int] = []
+        while True:
+            length, shift, at = 0, 0, 1
+            while True:  # the remaining length: 7 bits a byte, the high bit says more follow
+                if at >= len(self._unread):
+                    return kinds
+                byte = self._unread[at]
+                length, shift, at = length | (byte & 0x7F) << shift, shift + 7, at + 1
+                if not byte & 0x80:
+                    break
+            if len(self._unread) < at + length:
+                return kinds
+            kinds.append(self._unread[0] >> 4)
+            self._unread = self._unread[at + length :]
 
 
 def _publish_qos2(port: int, payload: str) -> None:
@@ -325,7 +358,13 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
         gate.swallow = False
         server = serve_process(target.root, target.port, "--fsync", "interval")
         assert _lines_until(got, lock, 1, 30) == ["A"]  # sent again with DUP, then released
-        time.sleep(0.5)  # its PUBCOMP read: the packet id is free
+        # Its PUBCOMP, which frees the packet id, passed on to the server: read before the
+        # cut's close. No record says so (none is written at a PUBCOMP): the last one names
+        # the id as releasing until the close's.
+        deadline = time.monotonic() + 10
+        while not gate.pubcomps:
+            assert time.monotonic() < deadline, "mosquitto_sub did not answer the PUBREL"
+            time.sleep(0.01)
         if then != "at once":
             # Back after the cut: the record its CONNECT wrote then, which names no packet id,
             # not the close's, nor the connection's before (a try of mosquitto_sub's while
@@ -333,6 +372,9 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
             cut = time.time_ns()
             gate.cut()  # (mosquitto_sub ends at a server's DISCONNECT: no SIGTERM here)
             recorded_connected_since(target.root, "stale", cut)
+            record = read_record(str(target.root), "stale")
+            assert record is not None
+            assert (record.releasing, record.sent) == ((), ()), "its PUBCOMP was not read"
             os.kill(server.pid, signal.SIGKILL)
             server.wait(timeout=20)
             server = serve_process(target.root, target.port, "--fsync", "interval")
