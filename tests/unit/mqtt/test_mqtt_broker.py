@@ -5216,3 +5216,49 @@ def test_a_resumed_session_whose_records_the_disk_refused_keeps_its_subscription
         assert delivered.payload == b"for back"
 
     run_broker(tmp_path, test)
+
+
+def test_a_session_found_at_start_whose_records_the_disk_refused_ends_at_its_expiry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of a session found on disk at start (Lifetimes._end_if_still_away) reads its
+    record for its client's return, as `expire` does, but does not ask whether this
+    server's refused write left it (Recorder.refused_here): the record found, naming the
+    server that died with its client connected, stays on disk when the disk refuses the
+    start's record and its Will's (ENOSPC), and is taken for the session still away
+    (AwayAtStart.found), not for another server's word. Its Will goes out once, the
+    session ends at its expiry and its client's next CONNECT finds no session."""
+    root = str(tmp_path / "root")
+    delayed = Properties.build(will_delay_interval=1)
+    will = Will("status/gone", b"gone", properties=delayed)
+    found = SessionRecord(
+        "gone", 5, holder=dead_token(), options={"k/#": DeliveryOptions()}, will=will
+    )
+    clock = ManualClock(time.time())
+
+    async def first(broker: Broker) -> None:
+        connect_peer(broker, "gone", expiry=60).send(Subscribe(1, (Subscription("k/#", 1),)))
+
+    async def then(broker: Broker) -> None:
+        assert read_record(root, "gone") == found  # the start's record refused
+        watcher = _subscriber(broker, "watcher", "status/#", 0)
+        clock.advance(1.5)  # past its Will's delay (1 s), counted from the restart
+        broker.tick(clock.now())
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
+        clock.advance(4)  # past its expiry (5 s)
+        broker.tick(clock.now())
+        assert read_record(root, "gone") is None  # ended, its record deleted
+        monkeypatch.undo()
+        for later in (1, 2, 3):  # the disk writable again: the refused Will's record stays gone
+            broker.tick(clock.now() + later)
+        assert read_record(root, "gone") is None
+        assert _subscribed(broker, "gone") == []
+        wills = [p for p in watcher.take() if isinstance(p, Publish)]
+        assert [(p.topic, p.payload) for p in wills] == [("status/gone", b"gone")]
+        _, connack = _connack(broker, "gone", clean=False, session_expiry_interval=60)
+        assert not connack.session_present
+
+    run_broker(tmp_path, first)
+    write_record(root, found)
+    _refuse_session_records(monkeypatch, root)
+    run_broker(tmp_path, then, clock)
