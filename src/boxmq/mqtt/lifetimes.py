@@ -389,6 +389,7 @@ class Lifetimes:
         PUBREL and its record. Both ways a session ends come here; a clean start of a session
         held in memory goes both ways, and the second finds nothing left."""
         self._drop_unreleased(client_id)
+        self._wills.session_ended(client_id)
         self._remove_record(client_id, self._left.step)
 
     def _drop_unreleased(self, client_id: str) -> None:

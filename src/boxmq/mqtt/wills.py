@@ -171,6 +171,14 @@ class SentWills:
             del self._unrecorded[client_id]
             log.info("client %s: its session record no longer holds its Will sent", client_id)
 
+    def forget(self, client_id: str) -> None:
+        """The client's session ended: its record is not to be written again without the
+        Will. Its end's deletion refused (a read-only disk), the record left holds it
+        still, and `retry` wrote it again over what the end left once the disk took it, so
+        the sweep took the session for resumed elsewhere and never finished its end."""
+        self._unrecorded.pop(client_id, None)
+        self._unread.discard(client_id)
+
     def _not_read(self, client_id: str, error: OSError) -> None:
         """`retry` could not read the client's record: told once, not each second."""
         if client_id in self._unread:
@@ -459,6 +467,11 @@ class Wills:
     def _untimed(self, client_id: str) -> None:
         self._due.discard(client_id)
         self._sends.pop(client_id, None)
+
+    def session_ended(self, client_id: str) -> None:
+        """The client's session ended: a record of it holding a Will sent is not written
+        again without it (`SentWills.forget`)."""
+        self._sent.forget(client_id)
 
     def waiting(self, client_id: str) -> bool:
         """Whether a delayed Will of the client id waits (timed, or for its session's end)."""

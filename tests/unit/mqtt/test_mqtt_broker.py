@@ -5218,8 +5218,9 @@ def test_a_resumed_session_whose_records_the_disk_refused_keeps_its_subscription
     run_broker(tmp_path, test)
 
 
+@pytest.mark.parametrize("disk", ["full", "read-only"])
 def test_a_session_found_at_start_whose_records_the_disk_refused_ends_at_its_expiry(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, disk: str
 ) -> None:
     """The end of a session found on disk at start (Lifetimes._end_if_still_away) reads its
     record for its client's return, as `expire` does, but does not ask whether this
@@ -5227,7 +5228,12 @@ def test_a_session_found_at_start_whose_records_the_disk_refused_ends_at_its_exp
     server that died with its client connected, stays on disk when the disk refuses the
     start's record and its Will's (ENOSPC), and is taken for the session still away
     (AwayAtStart.found), not for another server's word. Its Will goes out once, the
-    session ends at its expiry and its client's next CONNECT finds no session."""
+    session ends at its expiry and its client's next CONNECT finds no session. On a root
+    turned read-only after the start, the end's deletions refused too, the Will's refused
+    record was written again by its retry once the disk took it (SentWills.retry), over
+    the record the end had left, so the sweep took the session for resumed elsewhere and
+    never finished its end: its record and subscription stayed, and its client's return
+    resumed the session that had ended (found by this test)."""
     root = str(tmp_path / "root")
     delayed = Properties.build(will_delay_interval=1)
     will = Will("status/gone", b"gone", properties=delayed)
@@ -5241,17 +5247,20 @@ def test_a_session_found_at_start_whose_records_the_disk_refused_ends_at_its_exp
 
     async def then(broker: Broker) -> None:
         assert read_record(root, "gone") == found  # the start's record refused
+        if disk == "read-only":  # after the start's claim: its end's deletions refused too
+            monkeypatch.setattr(os, "unlink", _unlink_read_only)
         watcher = _subscriber(broker, "watcher", "status/#", 0)
         clock.advance(1.5)  # past its Will's delay (1 s), counted from the restart
         broker.tick(clock.now())
         await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
         clock.advance(4)  # past its expiry (5 s)
         broker.tick(clock.now())
-        assert read_record(root, "gone") is None  # ended, its record deleted
+        # Ended: its record deleted, or on a read-only disk left as found for the sweep.
+        assert read_record(root, "gone") == (found if disk == "read-only" else None)
         monkeypatch.undo()
-        for later in (1, 2, 3):  # the disk writable again: the refused Will's record stays gone
+        for later in (1, 2, 3):  # the disk writable again: the sweep finishes the end
             broker.tick(clock.now() + later)
-        assert read_record(root, "gone") is None
+        await until_async(lambda: read_record(root, "gone") is None, within=5)
         assert _subscribed(broker, "gone") == []
         wills = [p for p in watcher.take() if isinstance(p, Publish)]
         assert [(p.topic, p.payload) for p in wills] == [("status/gone", b"gone")]
