@@ -5271,3 +5271,49 @@ def test_a_session_found_at_start_whose_records_the_disk_refused_ends_at_its_exp
     write_record(root, found)
     _refuse_session_records(monkeypatch, root)
     run_broker(tmp_path, then, clock)
+
+
+def test_a_will_sent_by_its_sessions_end_on_a_read_only_disk_leaves_the_end_to_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session held here whose Will goes out with its end (Will Delay not shorter than its
+    expiry), on a root turned read-only: the record without the Will is refused and retried
+    each second (SentWills), and so are the end's deletions (EndsLeft). The retry, going on
+    after the end, wrote that record over the one the end left once the disk took it, so
+    the sweep took the session for resumed elsewhere and its record and subscription
+    stayed; the end forgets the retry now (Wills.session_ended), and the sweep finishes."""
+    root = str(tmp_path / "root")
+    clock = ManualClock(time.time())
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        will = Will("will/w", b"gone", properties=Properties.build(will_delay_interval=10))
+        device = Peer(broker)
+        device.send(
+            Connect(
+                "w",
+                V5,
+                clean_start=True,
+                will=will,
+                properties=Properties.build(session_expiry_interval=2),
+            )
+        )
+        device.send(Subscribe(1, (Subscription("k/#", 1),)))
+        await asyncio.sleep(0.1)
+        device.close()
+        await asyncio.sleep(0.1)
+        _refuse_session_records(monkeypatch, root)
+        monkeypatch.setattr(os, "unlink", _unlink_read_only)
+        clock.advance(3)
+        broker.tick(clock.now())
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
+        await asyncio.sleep(0.2)
+        assert "w" not in broker._sessions
+        monkeypatch.undo()
+        for later in (1, 2, 3):
+            broker.tick(clock.now() + later)
+            await asyncio.sleep(0.05)
+        await until_async(lambda: read_record(root, "w") is None, within=5)
+        assert _subscribed(broker, "w") == []
+
+    run_broker(tmp_path, test, clock)
