@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -67,6 +68,8 @@ PROPERTIES_SIDE_FILE = "properties_file"
 # the temporaries' sweep deletes unread, since one a sweep killed there left may be a
 # publisher's new message, to be put back (`_put_back`).
 ASIDE_PREFIX = ".aside-"
+
+log = logging.getLogger("boxmq.store")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +136,9 @@ class RetainedStore:
         # bytes a topic, 21.6 MB for 100,000 `dev/<n>/status` (tracemalloc), half of it the
         # names; keyed by the hash's 32 bytes it took 182, but 40 % more work at each look.
         self._topics: dict[str, str] = {}
+        # The paths told of as not files (`_not_a_file`): told once, not at every look and
+        # every sweep. A set's add is atomic: two threads may both tell one, never break it.
+        self._told: set[str] = set()
 
     def _path(self, topic: str) -> str:
         return os.path.join(self._dir, _file_name(topic))
@@ -233,7 +239,12 @@ class RetainedStore:
         return _version(found) != marked.version
 
     def get(self, topic: str) -> Retained | None:
-        found = _load(self._path(topic))
+        path = self._path(topic)
+        try:
+            found = _load(path)
+        except IsADirectoryError:
+            self._not_a_file(path)
+            return None
         # Another topic's under this one's name (a file copied or edited by hand) is not
         # this topic's, as a wildcard's look (`_scan`) passes it by.
         return found if found is not None and found.topic == topic else None
@@ -310,7 +321,11 @@ class RetainedStore:
                     listed[entry.name] = topic
                     if not wanted(topic):
                         continue
-                found = read(entry.path)  # None: deleted since, a tombstone, or damaged
+                try:
+                    found = read(entry.path)  # None: deleted since, a tombstone, or damaged
+                except IsADirectoryError:
+                    self._not_a_file(entry.path)
+                    continue
                 if found is None or _file_name(found.topic) != entry.name:
                     # Not named for the topic it holds, it was not put there by a publish:
                     # no topic's (`get` never finds it), and no retained message a delete
@@ -320,6 +335,21 @@ class RetainedStore:
                 if wanted(found.topic):
                     yield entry.path, found
         self._topics = listed
+
+    def _not_a_file(self, path: str) -> None:
+        """A directory at a retained file's name (made by hand: a publish only renames files
+        there) holds no retained message: passed by, as a damaged file is, so that a
+        subscriber gets every other topic's and the sweep goes on, where its IsADirectoryError
+        stopped both (and `boxmq serve` at its start). Told once; left as it is, since what it
+        holds is not the store's to delete: a publish to its topic fails until it is removed."""
+        if path in self._told:
+            return
+        self._told.add(path)
+        log.warning(
+            "retained messages: %s is a directory, not a retained message's file: passed by "
+            "(its topic has none, and a retained publish to it fails); remove it",
+            path,
+        )
 
     def _remove_tombstone(self, path: str, fd: int, before: float) -> None:
         """Delete the file at `path`, open at `fd`, if it is a tombstone written before

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
+
+import pytest
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -195,3 +199,34 @@ def test_a_retained_file_written_by_hand_with_the_least_name_is_sent(tmp_path: P
         assert found[0].topic == "dev/2/status"
         read = box.topics.retained_reading("dev/2/status")  # an MQTT SUBSCRIBE's
         assert [envelope.topic for envelope, _ in read] == ["dev/2/status"]
+
+
+def _taken_by_a_directory(root: Path, topic: str) -> Path:
+    """The topic's retained file replaced by a directory (made by hand)."""
+    path = root / "topic-root" / RETAINED_DIR / hashlib.sha256(topic.encode()).hexdigest()
+    path.unlink()
+    path.mkdir()
+    return path
+
+
+def test_a_directory_at_a_topic_s_name_is_passed_by_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory where a retained file belongs raised IsADirectoryError from every look:
+    a SUBSCRIBE to the topic or a wildcard over it got none of the others, and the sweep of
+    expired messages stopped `boxmq serve` at its start. It holds no retained message, is
+    told once, and every other topic's is sent."""
+    with boxmq.open(tmp_path, fsync="never") as box:
+        _twenty(box)
+        blocked = _taken_by_a_directory(tmp_path, "dev/3/status")
+        with caplog.at_level(logging.WARNING, logger="boxmq.store"):
+            assert box.topics.retained("dev/3/status") is None
+            got = {envelope.topic for envelope, _ in box.topics.retained_reading("dev/+/status")}
+            assert got == {f"dev/{n}/status" for n in range(20) if n != 3}
+            assert box.topics.remove_expired_retained(time.time(), tombstones_before=0.0) == 0
+            assert box.topics.retained("dev/3/status") is None
+        told = [record.getMessage() for record in caplog.records]
+        assert len(told) == 1, told
+        assert str(blocked) in told[0]
+        assert "is a directory" in told[0]
+        assert blocked.is_dir()  # left as it is: not the store's to delete

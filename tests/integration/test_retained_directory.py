@@ -1,0 +1,71 @@
+"""A directory (made by hand) where a topic's retained file belongs holds no retained message:
+`boxmq serve` starts and serves, a SUBSCRIBE over MQTT and `boxmq subscribe` get every other
+topic's, and the directory is told in one line. Every look raised IsADirectoryError: the
+server stopped at its start-up sweep, and the CLI said only "Is a directory"."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.integration.mqtt.clients import paho, serving_fresh
+
+import boxmq
+from boxmq.store.retained import RETAINED_DIR
+
+BLOCKED = "dev/3/status"
+
+
+def _retained_with_a_directory(root: Path) -> Path:
+    """Three retained messages, the second's file then replaced by a directory."""
+    with boxmq.open(root, fsync="never") as box:
+        for n in range(2, 5):
+            box.publish(f"dev/{n}/status", f"on {n}", retain=True)
+    path = root / "topic-root" / RETAINED_DIR / hashlib.sha256(BLOCKED.encode()).hexdigest()
+    path.unlink()
+    path.mkdir()
+    return path
+
+
+def test_boxmq_subscribe_gets_the_others_and_names_the_directory(tmp_path: Path) -> None:
+    blocked = _retained_with_a_directory(tmp_path)
+    others = "dev/2/status on 2\ndev/4/status on 4\n"
+    for wanted, printed in [("dev/+/status", others), (BLOCKED, "")]:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "boxmq.cli",
+                "--data",
+                str(tmp_path),
+                "subscribe",
+                "--idle",
+                "0",
+                wanted,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (done.returncode, done.stdout) == (0, printed), done.stderr
+        [told] = done.stderr.splitlines()
+        assert str(blocked) in told
+        assert "is a directory" in told
+
+
+def test_an_mqtt_subscribe_gets_the_others_and_the_server_goes_on(tmp_path: Path) -> None:
+    blocked = _retained_with_a_directory(tmp_path / "root")
+    with serving_fresh(tmp_path) as running:
+        reader = paho(running, "reader")
+        reader.subscribe(BLOCKED, 1)
+        reader.subscribe("dev/+/status", 1)
+        assert sorted(reader.next().payload for _ in range(2)) == [b"on 2", b"on 4"]
+        assert reader.nothing()
+        reader.stop()
+    told = [
+        line for line in (tmp_path / "serve.log").read_text().splitlines() if str(blocked) in line
+    ]
+    assert len(told) == 1, told  # once, not at each look nor each sweep
+    assert "WARNING" in told[0]
