@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -297,6 +298,42 @@ def test_a_failed_write_leaves_no_staged_rows_behind(
     assert _staged_files(root, "streamed") == []
 
 
+def _failing_once_a_task_is_done(spark: SparkSession, go: Path) -> Any:
+    """A UDF of a row's number giving its body, null for 3 (a bad row) once a task of the
+    running stage is done: that task's commit message is then the abort's (a second's sleep
+    was not always enough on a busy box). Released after 60 s anyway: the test fails then."""
+
+    def body(number: int) -> str | None:
+        if number == 3:
+            while not go.exists():
+                time.sleep(0.02)
+            return None
+        return str(number)
+
+    def release() -> None:
+        tracker = spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
+            if any(stage is not None and stage.numCompletedTasks for stage in stages):
+                break
+            time.sleep(0.02)
+        go.touch()
+
+    threading.Thread(target=release, daemon=True).start()
+    return udf(body, "string", useArrow=False)
+
+
+def _side_files(root: str) -> list[str]:
+    side = Path(root, SIDE_DIR)
+    return sorted(os.listdir(side)) if side.exists() else []
+
+
+def _long_properties() -> Any:
+    """Properties too long for a name: each row's in a side file its staged file alone names."""
+    return expr("map('trace', repeat(CAST(id AS STRING), 300))").alias("properties")
+
+
 def test_an_aborted_write_leaves_no_side_file_named_by_nothing(
     spark: SparkSession, root: str, tmp_path: Path
 ) -> None:
@@ -304,39 +341,38 @@ def test_an_aborted_write_leaves_no_side_file_named_by_nothing(
     row of another task, and the abort deleted the staged files, the only ones naming them,
     which then waited for the hourly collection: the task that failed withdraws its own, the
     abort those of the tasks that succeeded (Spark hands it their commit messages)."""
-    go = str(tmp_path / "go")
-
-    def body(number: int) -> str | None:
-        # The second task's last row is null, once the first task is done: its commit
-        # message is then the abort's (a second's sleep was not always enough on a busy box).
-        if number == 3:
-            while not os.path.exists(go):
-                time.sleep(0.02)
-            return None
-        return str(number)
-
-    def release() -> None:
-        tracker = spark.sparkContext.statusTracker()
-        deadline = time.monotonic() + 60  # else released anyway: the test fails
-        while time.monotonic() < deadline:
-            stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
-            if any(stage is not None and stage.numCompletedTasks for stage in stages):
-                break
-            time.sleep(0.02)
-        Path(go).touch()
-
+    body = _failing_once_a_task_is_done(spark, tmp_path / "go")
     rows = spark.range(0, 4, 1, numPartitions=2).select(  # ids 0 and 1, then 2 and 3
-        udf(body, "string", useArrow=False)("id").alias("body"),
-        expr("map('trace', repeat(CAST(id AS STRING), 300))").alias("properties"),
+        body("id").alias("body"), _long_properties()
     )
-    releaser = threading.Thread(target=release, daemon=True)
-    releaser.start()
     with pytest.raises(Exception, match="null body"):
         rows.write.format("boxmq").option("root", root).option("queue", "out").mode("append").save()
-    releaser.join()
     assert _staged_files(root, "out") == []
-    side = Path(root, SIDE_DIR)
-    assert (sorted(os.listdir(side)) if side.exists() else []) == []
+    assert _side_files(root) == []
+
+
+def test_an_aborted_stream_batch_leaves_no_side_file_named_by_nothing(
+    spark: SparkSession, root: str, tmp_path: Path, finish: Finish
+) -> None:
+    """The same for a stream's batch: the stream writer's abort withdraws the side files of
+    the task that succeeded, whose staged folder it drops."""
+    with boxmq.open(root) as box:
+        for number in range(4):
+            box.queue("in").put(str(number))
+    # Two tasks, each reading a contiguous share: ids 0 and 1, then 2 and 3 (no shuffle,
+    # whose stage's tasks done would release the bad row before a task of the write is).
+    reader = spark.readStream.format("boxmq").option("root", root).option("queue", "in")
+    stream = reader.option("numPartitions", 2).load()
+    body = _failing_once_a_task_is_done(spark, tmp_path / "go")
+    rows = stream.selectExpr("CAST(CAST(body AS STRING) AS BIGINT) AS id").select(
+        body("id").alias("body"), _long_properties()
+    )
+    writer = rows.writeStream.format("boxmq").option("root", root).option("queue", "out")
+    query = writer.trigger(availableNow=True).start(checkpointLocation=str(tmp_path / "chk"))
+    with pytest.raises(Exception, match="null body"):
+        finish(query)
+    assert _staged_files(root, "out") == []
+    assert _side_files(root) == []
 
 
 @pytest.mark.parametrize(
