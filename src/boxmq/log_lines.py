@@ -24,6 +24,7 @@ __all__ = ["LOGGERS", "install", "one_line"]
 # Every logger boxmq's modules log to (tests/unit/test_log_lines.py checks the list).
 LOGGERS: Final = (
     "boxmq",
+    "boxmq.cli_session",
     "boxmq.exactly_once",
     "boxmq.mqtt",
     "boxmq.mqtt.session_record",
