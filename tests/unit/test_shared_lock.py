@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from tests.waiting import until
+
 from boxmq.client.shared_lock import SharedLock
 
 
@@ -24,10 +26,7 @@ def _until_an_exclusive_one_waits(lock: SharedLock) -> None:
     """Until the exclusive holder just started waits in the lock: a started thread may not
     have run that far yet on a loaded machine, and a shared holder that came before it went
     in, as it may."""
-    deadline = time.monotonic() + 10
-    while not lock._waiting:
-        assert time.monotonic() < deadline, "the exclusive holder never came to the lock"
-        time.sleep(0.001)
+    until(lambda: lock._waiting, "the exclusive holder never came to the lock", every=0.001)
 
 
 def test_shared_holders_enter_together_and_an_exclusive_one_waits_for_all_of_them() -> None:
