@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import given, settings
@@ -26,22 +27,23 @@ from boxmq.store.layout import State
 from boxmq.store.watch import PollingWatcher
 
 
-def _decoded_by_sweeps(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The names the sweeps decode from now on, in the list returned."""
+def _decoded_by(module: ModuleType, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names `module` (the sweeps, or a queue's gets and peeks) decodes from now on, in
+    the list returned."""
     decoded: list[str] = []
 
     def envelope_of(name: str) -> Envelope:
         decoded.append(name)
         return decode(name)
 
-    monkeypatch.setattr(sweeps, "envelope_of", envelope_of)
+    monkeypatch.setattr(module, "envelope_of", envelope_of)
     return decoded
 
 
 def test_a_sweep_decodes_only_the_names_whose_expiration_may_be_due(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    decoded = _decoded_by_sweeps(monkeypatch)
+    decoded = _decoded_by(sweeps, monkeypatch)
     clock = boxmq.ManualClock(time.time())
     with boxmq.open(root, fsync="never", clock=clock) as box:
         jobs = box.queue("jobs")
@@ -116,7 +118,7 @@ def test_peek_with_a_limit_stats_only_the_messages_it_shows(
 def test_a_sweep_decodes_no_name_of_a_lock_held_in_time(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    decoded = _decoded_by_sweeps(monkeypatch)
+    decoded = _decoded_by(sweeps, monkeypatch)
     clock = boxmq.ManualClock(time.time())
     with boxmq.open(root, fsync="never", clock=clock) as box:
         jobs = box.queue("jobs")
@@ -432,13 +434,7 @@ def test_a_first_get_on_a_deep_queue_decodes_only_what_its_name_does_not_rank(
     ids = jobs.put_many([b"x"] * 2000)
     late = jobs.put(b"late", expires_in=3600)  # an expiration: decoded, as before
     urgent = jobs.put(b"urgent", priority=9)
-    decoded: list[str] = []
-
-    def envelope_of(name: str) -> Envelope:
-        decoded.append(name)
-        return decode(name)
-
-    monkeypatch.setattr(queue_module, "envelope_of", envelope_of)
+    decoded = _decoded_by(queue_module, monkeypatch)
     with boxmq.open(root) as other:  # a new box, as a `boxmq get` run is
         taken = [other.queue("jobs").get() for _ in range(3)]
     assert [message.id if message else None for message in taken] == [urgent, ids[0], ids[1]]
@@ -455,13 +451,7 @@ def test_peek_decodes_only_the_messages_it_shows_and_what_their_names_do_not_ran
     ids = jobs.put_many([b"x"] * 2000)
     jobs.put(b"late", expires_in=3600)  # an expiration: decoded, as before
     urgent = jobs.put(b"urgent", priority=9)
-    decoded: list[str] = []
-
-    def envelope_of(name: str) -> Envelope:
-        decoded.append(name)
-        return decode(name)
-
-    monkeypatch.setattr(queue_module, "envelope_of", envelope_of)
+    decoded = _decoded_by(queue_module, monkeypatch)
     shown = jobs.peek(limit=3)
     assert [peeked.envelope.message_id for peeked in shown] == [urgent, ids[0], ids[1]]
     assert len(decoded) == 1 + 3  # the message with an expiration; then the three shown
