@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from tests.diskfull import small_disk
+from tests.diskfull import SmallDisk, small_disk
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
@@ -36,6 +36,25 @@ def _door_message(msg_id: str) -> AssuredMessage:
     )
 
 
+def _refused_then_stored(
+    disk: SmallDisk, box: boxmq.Box, send: Callable[[], object], *, named_before: bool
+) -> object:
+    """`send`, refused by the full disk, leaves the side file only if a message stored before
+    names it; sent again once there is room, it stores the side file, named. What the second
+    `send` returned."""
+    root = disk.path / "data"
+    disk.fill(leave=1)
+    with pytest.raises(OSError, match="No space left"):
+        send()
+    assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
+    assert referenced(str(root)) == ({KEY} if named_before else set())
+    disk.free()
+    sent = send()  # sent again
+    assert box.side_files.get(KEY) == RAW
+    assert referenced(str(root)) == {KEY}
+    return sent
+
+
 @pytest.mark.parametrize("named_before", [False, True], ids=["alone", "named-before"])
 def test_an_exactly_once_message_the_disk_refuses_leaves_no_side_file_named_by_nothing(
     tmp_path: Path, named_before: bool
@@ -47,15 +66,8 @@ def test_an_exactly_once_message_the_disk_refuses_leaves_no_side_file_named_by_n
                 _door_message("0") if named_before else AssuredMessage("a", "0", b"", topic="t/a"),
                 reserved=True,
             )
-            disk.fill(leave=1)
-            with pytest.raises(OSError, match="No space left"):
-                box.intake.assured_one(_door_message("1"), reserved=True)
-            assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
-            assert referenced(str(root)) == ({KEY} if named_before else set())
-            disk.free()
-            assert box.intake.assured_one(_door_message("1"), reserved=True)  # sent again
-            assert box.side_files.get(KEY) == RAW
-            assert referenced(str(root)) == {KEY}
+            send = partial(box.intake.assured_one, _door_message("1"), reserved=True)
+            assert _refused_then_stored(disk, box, send, named_before=named_before)
 
 
 def test_an_exactly_once_message_whose_commit_fails_leaves_no_side_file_named_by_nothing(
@@ -99,15 +111,7 @@ def test_a_publication_whose_copies_the_disk_refuses_leaves_no_side_file_named_b
             )
             if named_before:
                 publish()
-            disk.fill(leave=1)
-            with pytest.raises(OSError, match="No space left"):
-                publish()
-            assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
-            assert referenced(str(root)) == ({KEY} if named_before else set())
-            disk.free()
-            publish()  # sent again
-            assert box.side_files.get(KEY) == RAW
-            assert referenced(str(root)) == {KEY}
+            _refused_then_stored(disk, box, publish, named_before=named_before)
 
 
 def test_a_publication_whose_commit_fails_after_its_copies_went_out_keeps_its_side_file(
@@ -153,15 +157,7 @@ def test_a_retained_message_the_disk_refuses_leaves_no_side_file_its_header_was_
             )
             if named_before:
                 publish()
-            disk.fill(leave=1)
-            with pytest.raises(OSError, match="No space left"):
-                publish()
-            assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
-            assert referenced(str(root)) == ({KEY} if named_before else set())
-            disk.free()
-            publish()  # sent again
-            assert box.side_files.get(KEY) == RAW
-            assert referenced(str(root)) == {KEY}
+            _refused_then_stored(disk, box, publish, named_before=named_before)
 
 
 def test_an_exactly_once_retained_deliver_the_disk_refuses_leaves_no_side_file_unnamed(
