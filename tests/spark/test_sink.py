@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr, udf
 from pyspark.sql.streaming.query import StreamingQuery
+from tests.waiting import waited
 
 import boxmq
 from boxmq.store.layout import queue_path
@@ -312,12 +313,12 @@ def _failing_once_a_task_is_done(spark: SparkSession, go: Path) -> Any:
 
     def release() -> None:
         tracker = spark.sparkContext.statusTracker()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def a_task_is_done() -> bool:
             stages = [tracker.getStageInfo(stage) for stage in tracker.getActiveStageIds()]
-            if any(stage is not None and stage.numCompletedTasks for stage in stages):
-                break
-            time.sleep(0.02)
+            return any(stage is not None and stage.numCompletedTasks for stage in stages)
+
+        waited(a_task_is_done, within=60, every=0.02)
         go.touch()
 
     threading.Thread(target=release, daemon=True).start()
