@@ -353,7 +353,10 @@ def test_an_unlock_in_the_typo_namespace_is_accepted(wire: Wire) -> None:
     assert wire.unlock(ALICE, item, namespace=ns.QUEUEING_TYPO).get("type") == "result"
 
 
-def test_the_errors_of_listings_8_to_15(wire: Wire) -> None:
+def _one_held_one_waiting(wire: Wire) -> tuple[str, str, str, str]:
+    """Alice and Bob subscribed with room for one each, and three items published: the
+    holder's, the other's, and one waiting for room. The holder, the other, the holder's
+    item and the waiting one."""
     wire.subscribe(ALICE, 1)
     wire.subscribe(BOB, 1)
     held = wire.publish()
@@ -363,6 +366,11 @@ def test_the_errors_of_listings_8_to_15(wire: Wire) -> None:
     assert [to for to, _, _ in wire.events()] == [other]
     waiting = wire.publish()  # nobody has room: never delivered to anyone
     assert wire.events() == []
+    return holder, other, held, waiting
+
+
+def test_the_errors_of_listings_8_to_15(wire: Wire) -> None:
+    holder, other, held, waiting = _one_held_one_waiting(wire)
     for act in (wire.retract, wire.unlock):
         # locked by another subscriber: conflict (the text of §2.3; Listing 8 shows forbidden)
         assert condition(act(other, held)) == ("cancel", "conflict")
@@ -380,14 +388,7 @@ def test_the_errors_of_listings_8_to_15(wire: Wire) -> None:
 def test_a_lock_refusal_names_the_subscribers_jid_not_its_internal_consumer(wire: Wire) -> None:
     # The queue's refusals name the consumer, xmpp.<hash> (the subid): an XMPP client reads
     # the text, and knows itself by its JID.
-    wire.subscribe(ALICE, 1)
-    wire.subscribe(BOB, 1)
-    held = wire.publish()
-    [(holder, _, _)] = wire.events()
-    other = BOB if holder == ALICE else ALICE
-    wire.publish()
-    wire.events()
-    waiting = wire.publish()  # nobody has room: never delivered to anyone
+    holder, other, held, waiting = _one_held_one_waiting(wire)
 
     for act in (wire.retract, wire.unlock):
         forbidden = error_text(act(other, waiting))
@@ -460,15 +461,7 @@ def test_an_unlock_error_echoes_the_unlock_as_listings_12_to_15(wire: Wire) -> N
     # XEP-0254 §2.4, Listings 12-15: each error to an unlock carries the <unlock/> it
     # answers, in the queueing namespace, with its node and item, so that a client with
     # several unlocks in flight knows which one failed.
-    wire.subscribe(ALICE, 1)
-    wire.subscribe(BOB, 1)
-    held = wire.publish()
-    [(holder, _, _)] = wire.events()
-    other = BOB if holder == ALICE else ALICE
-    wire.publish()
-    assert [to for to, _, _ in wire.events()] == [other]
-    waiting = wire.publish()  # nobody has room: never delivered to anyone
-    assert wire.events() == []
+    holder, other, held, waiting = _one_held_one_waiting(wire)
 
     def assert_refused_echoing(jid: str, item: str, error: str) -> None:
         reply = wire.unlock(jid, item)
