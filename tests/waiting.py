@@ -45,7 +45,7 @@ def until(
 
 async def until_async(
     condition: Callable[[], object],
-    why: str = "timed out",
+    why: str | Callable[[], object] = "timed out",
     *,
     within: float = WAIT,
     every: float = 0.01,
@@ -55,7 +55,7 @@ async def until_async(
     deadline = time.monotonic() + within
     while not condition():
         if time.monotonic() >= deadline:
-            raise AssertionError(why)
+            raise AssertionError(why() if callable(why) else why)
         await asyncio.sleep(every)
 
 

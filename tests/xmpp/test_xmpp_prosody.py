@@ -14,6 +14,7 @@ from slixmpp.exceptions import IqError
 from slixmpp.plugins.xep_0004.stanza import Form
 from slixmpp.xmlstream.handler import Callback
 from slixmpp.xmlstream.matcher import MatcherId
+from tests.waiting import until_async
 from tests.xmpp.clients import component
 
 import boxmq
@@ -398,10 +399,10 @@ def test_a_qos_subscriber_whose_client_refuses_each_notification_is_unsubscribed
             assert (ended.what, ended.item) == ("subscription", "none")
             # Its handoff: the item back in target/, neither held nor dead.
             jobs = box.queue("jobs")
-            deadline = asyncio.get_running_loop().time() + alice.timeout
-            while (counts := jobs.counts()).locked:
-                assert asyncio.get_running_loop().time() < deadline, counts
-                await asyncio.sleep(0.05)
+            await until_async(
+                lambda: not jobs.counts().locked, jobs.counts, within=alice.timeout, every=0.05
+            )
+            counts = jobs.counts()
             assert (counts.ready, counts.locked, counts.dead) == (1, 0, 0)
             # And the rounds of deliveries after it: the next one goes to a subscriber that
             # takes it, with no delivery more to alice (each counts one) nor to error/. A
