@@ -632,8 +632,7 @@ def test_a_queue_deleted_by_another_process_can_be_created_again_here(
     wire.subscribe(BOB, 1)
     wire.publish()
     wire.events()
-    with boxmq.open(root, fsync="never") as other:
-        other.delete_queue("jobs")
+    _deleted_elsewhere(root)
     assert wire.create().get("type") == "result"
     assert _deletes(wire) == [BOB]
     assert wire.subscribe(CAROL, 1).get("type") == "result"
