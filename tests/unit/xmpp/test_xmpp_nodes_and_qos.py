@@ -23,6 +23,7 @@ from tests.unit.xmpp.wire import (
     condition,
     error_text,
     form_values,
+    ready_messages,
     wired,
 )
 from tests.waiting import logged
@@ -993,7 +994,7 @@ def test_the_documents_examples_written_as_they_are_store_a_jabber_client_messag
     assert received.get("msgId") == "984232334"
     deliver = "<qos:deliver xmlns:qos='urn:xmpp:qos' msgId='984232334'/>"
     assert wire.iq(CAROL, deliver, to=NODE_AT).get("type") == "result"
-    stored = [ET.fromstring(m.body) for m in _ready_bodies(box)]
+    stored = [ET.fromstring(m.body) for m in ready_messages(box)]
     assert [m.tag for m in stored] == ["{jabber:client}message"] * 2
     assert [m[0].tag for m in stored] == [
         "{urn:xmpp:iot:control}set",
@@ -1016,7 +1017,7 @@ def test_the_body_of_an_unqualified_message_is_stored_as_jabber_clients(
     wire.iq(CAROL, wrapped, to=NODE_AT)
     if kind == "assured":
         wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
-    [stored] = _ready_bodies(box)
+    [stored] = ready_messages(box)
     assert ET.fromstring(stored.body).findtext("{jabber:client}body") == "hi"
 
 
@@ -1059,7 +1060,7 @@ def test_assured_then_deliver_delivers_once_however_often_repeated(
     for _ in range(3):  # "it will acknowledge each one": an empty iq result
         deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
         assert (deliver.get("type"), len(deliver)) == ("result", 0)
-    [delivered] = _ready_bodies(box)
+    [delivered] = ready_messages(box)
     assert _body_text(delivered) == b"once"
     # the same msgId from a user other than Carol is another message
     wire.iq(ALICE, _wrapped("assured", "m1", "other"), to=NODE_AT)
@@ -1136,7 +1137,7 @@ def test_the_same_msgid_from_two_resources_of_one_user_is_two_messages(
     for sender in senders:
         reply = wire.iq(sender, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
         assert reply.get("type") == "result"
-    assert sorted(_body_text(message) for message in _ready_bodies(box)) == [b"c", b"d"]
+    assert sorted(_body_text(message) for message in ready_messages(box)) == [b"c", b"d"]
 
 
 def _body_text(message: boxmq.Message) -> bytes:
@@ -1166,7 +1167,7 @@ def test_an_assured_message_outlives_a_restart_of_the_receiver(tmp_path: Path) -
         wire = Wire(box)
         deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
         assert deliver.get("type") == "result"  # remembered as delivered, past a restart
-        assert [_body_text(message) for message in _ready_bodies(box)] == [b"held"]
+        assert [_body_text(message) for message in ready_messages(box)] == [b"held"]
         wire.service.close()
 
 
@@ -1244,17 +1245,8 @@ def test_a_msgid_reused_after_a_completed_delivery_is_a_new_message(
         for _ in range(2):  # a repeat of deliver is still answered, delivering nothing
             deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='seq1'/>", to=NODE_AT)
             assert deliver.get("type") == "result"
-    bodies = sorted(b"second" in p.body for p in _ready_bodies(box))
+    bodies = sorted(b"second" in p.body for p in ready_messages(box))
     assert bodies == [False, True]
-
-
-def _ready_bodies(box: boxmq.Box) -> list[boxmq.Message]:
-    consumer = box.queue("jobs").consumer("check", max_in_flight=10)
-    out = []
-    while (message := consumer.receive_nowait()) is not None:
-        out.append(message)
-    consumer.close()
-    return out
 
 
 def test_qos_to_the_service_without_a_node_is_item_not_found(wire: Wire) -> None:

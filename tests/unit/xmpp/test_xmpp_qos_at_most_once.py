@@ -8,7 +8,17 @@ from collections.abc import Iterator
 from xml.etree import ElementTree as ET
 
 import pytest
-from tests.unit.xmpp.wire import BOB, CAROL, EVENT, SERVICE, Wire, condition, error_text, wired
+from tests.unit.xmpp.wire import (
+    BOB,
+    CAROL,
+    EVENT,
+    SERVICE,
+    Wire,
+    condition,
+    error_text,
+    ready_messages,
+    wired,
+)
 
 import boxmq
 from boxmq.xmpp import ns
@@ -33,13 +43,8 @@ def _message(to: str = NODE_AT, *, type: str | None = None, id: str | None = "m1
     return f"<message from='{CAROL}' to='{to}'{named}{typed}>{_SENSOR}</message>"
 
 
-def _stored(box: boxmq.Box, node: str = "jobs") -> list[bytes]:
-    consumer = box.queue(node).consumer("check", max_in_flight=10)
-    out = []
-    while (message := consumer.receive_nowait()) is not None:
-        out.append(message.body)
-    consumer.close()
-    return out
+def _stored(box: boxmq.Box) -> list[bytes]:
+    return [message.body for message in ready_messages(box)]
 
 
 def test_a_plain_message_is_stored_as_an_acknowledged_one_is_and_not_answered(

@@ -185,6 +185,17 @@ def error_text(reply: ET.Element) -> str:
     return reply.findtext(f".//{{{STANZA_NS}}}text") or ""
 
 
+def ready_messages(box: boxmq.Box) -> list[boxmq.Message]:
+    """The messages stored ready in the queue node `jobs`, taken by a consumer of its own
+    (`check`), as a subscriber would be handed them."""
+    consumer = box.queue("jobs").consumer("check", max_in_flight=10)
+    out = []
+    while (message := consumer.receive_nowait()) is not None:
+        out.append(message)
+    consumer.close()
+    return out
+
+
 @contextlib.contextmanager
 def wired(
     box: boxmq.Box,
