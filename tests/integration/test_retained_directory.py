@@ -6,11 +6,9 @@ server stopped at its start-up sweep, and the CLI said only "Is a directory"."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.integration.mqtt.clients import paho, serving_fresh
+from tests.integration.mqtt.clients import boxmq_cli, paho, serving_fresh
 
 import boxmq
 from boxmq.store.retained import RETAINED_DIR
@@ -33,22 +31,7 @@ def test_boxmq_subscribe_gets_the_others_and_names_the_directory(tmp_path: Path)
     blocked = _retained_with_a_directory(tmp_path)
     others = "dev/2/status on 2\ndev/4/status on 4\n"
     for wanted, printed in [("dev/+/status", others), (BLOCKED, "")]:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "boxmq.cli",
-                "--data",
-                str(tmp_path),
-                "subscribe",
-                "--idle",
-                "0",
-                wanted,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = boxmq_cli(tmp_path, "subscribe", "--idle", "0", wanted)
         assert (done.returncode, done.stdout) == (0, printed), done.stderr
         [told] = done.stderr.splitlines()
         assert str(blocked) in told

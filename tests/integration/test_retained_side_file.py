@@ -8,13 +8,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from tests.crashes import Killed, kill_at
+from tests.integration.mqtt.clients import boxmq_cli_ok
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
@@ -185,14 +184,7 @@ def test_an_exactly_once_retained_message_names_its_side_file_at_its_deliver(
 
 
 def _cli_json(root: Path, *args: str) -> object:
-    done = subprocess.run(
-        [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return json.loads(boxmq_cli_ok(root, "--json", *args))
 
 
 def test_the_cli_shows_a_subscriptions_copy_which_has_no_room_for_them(root: Path) -> None:
