@@ -23,6 +23,7 @@ from tests.descriptors import no_descriptor_left
 from tests.diskfull import small_disk
 from tests.generations import count_generation_writes
 from tests.processes import dead_token
+from tests.waiting import logged
 
 import boxmq
 from boxmq.client.publishing import Publication
@@ -1351,7 +1352,7 @@ def test_a_subscription_whose_record_is_unreadable_is_told_of_and_keeps_its_mess
         box.publish("a/2", "skipped")
         box.sweep()
         box.sweep()  # told once by the sweeps
-    told = [r.getMessage() for r in caplog.records if str(record) in r.getMessage()]
+    told = logged(caplog, str(record))
     assert len(told) == 2
     assert all("no subscription record this boxmq reads" in line for line in told)
     with box.subscribe("a/#", "kept", process_bound=False) as again:  # writes it again
@@ -1376,7 +1377,7 @@ def test_a_record_damaged_again_after_its_repair_is_told_of_again(
             box.sweep()  # told once while it stays so
             box.subscribe("a/#", "kept", process_bound=False).close()  # written again
             box.sweep()
-    told = [r.getMessage() for r in caplog.records if str(record) in r.getMessage()]
+    told = logged(caplog, str(record))
     assert len(told) == 2
 
 
