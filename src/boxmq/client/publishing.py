@@ -324,10 +324,9 @@ class Publisher:
         """
         assert envelope.topic is not None
         name = copy_names(envelope, (level,))[level]  # MetadataTooLong before any write
-        in_header = None
-        if side_file is not None and data and not carries_v5(envelope):
-            placed = self._put_side_file(side_file)
-            in_header = NAMED_AS + placed.key
+        header, in_header = self._header_side_file(envelope, data, side_file)
+        if header is not None:  # then the name holds no key: `spilled` wrote none (`placed`)
+            placed = header
         with self._retained_lock.shared():
             try:
                 staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
@@ -451,10 +450,7 @@ class Publisher:
             )
             return
         name = copy_names(envelope, (QoS.EXACTLY_ONCE,))[QoS.EXACTLY_ONCE]
-        in_header = placed = None
-        if side_file is not None and data and not carries_v5(envelope):
-            placed = self._put_side_file(side_file)
-            in_header = NAMED_AS + placed.key
+        placed, in_header = self._header_side_file(envelope, data, side_file)
         try:
             staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
         except BaseException:
@@ -517,6 +513,18 @@ class Publisher:
                 discard_unsent([move])  # written just now: it must never go out later
                 raise
         self._hand_over([(envelope, data, route, names)])
+
+    def _header_side_file(
+        self, envelope: Envelope, data: bytes, side_file: bytes | None
+    ) -> tuple[Placed | None, str | None]:
+        """The side file a retained message's header names, written now, and the header's
+        `properties_file` naming it: a door's `side_file` where `envelope`'s name holds none
+        of its v5 properties (a long MQTT topic), unless it deletes (no body, kept nowhere).
+        (None, None) where no header names one."""
+        if side_file is None or not data or carries_v5(envelope):
+            return None, None
+        placed = self._put_side_file(side_file)
+        return placed, NAMED_AS + placed.key
 
     def _put_side_file(self, side_file: bytes) -> Placed:
         """Write a door's side file (a retained message's header names it as `NAMED_AS` and
