@@ -43,7 +43,7 @@ from boxmq.client.copies import at_qos, names_side_file, replaced_topic
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.marker_sweep import MarkerSweep
 from boxmq.client.markers import Markers, delete_quietly
-from boxmq.client.spill import spilled
+from boxmq.client.spill import place_door_file, spilled, withdraw
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits, QoS
 from boxmq.core.durations import check_seconds
@@ -273,7 +273,7 @@ class AssuredIntake:
                 # renamed file whose directory flush failed would otherwise be restored later).
                 self._books.forget(*key)
                 delete_quietly([stage.move.source, stage.pending.path])
-                self._withdraw(stage.placed)
+                withdraw(self._side_files, stage.placed)
                 outcomes[index] = failed[key] = failure
             if failed:  # a repeat within the batch of one that failed was not stored either
                 for index, message in enumerate(messages):
@@ -353,7 +353,8 @@ class AssuredIntake:
             envelope, name, placed = spilled(envelope, self._side_files, checked, error)
         side_file = message.side_file
         if side_file is not None and names_side_file(envelope):
-            placed = self._put_side_file(side_file)  # the name fits: a file will name it
+            # The name fits: a file will name it.
+            placed = place_door_file(self._side_files, side_file)
             side_file = None  # named by the message's name: no header needs it
         path = os.path.join(working, name)
         temporary = temporary_in(working)
@@ -364,22 +365,13 @@ class AssuredIntake:
             delete_quietly([temporary])
             # The sender is told to send it again: a side file made for it alone stayed
             # named by nothing until the hourly collection (a full disk's last page).
-            self._withdraw(placed)
+            withdraw(self._side_files, placed)
             if error.filename is None:  # refused at the close's flush: say where, not just ENOSPC
                 raise naming(error, temporary) from error
             raise
         key = (message.source, message.msg_id)
         pending = _Pending(path, queue, envelope, side_file)
         return _Staged(key, Move(temporary, path), pending, placed)
-
-    def _put_side_file(self, side_file: bytes) -> Placed:
-        if self._side_files is None:  # a door's message, on a box without side files
-            raise InvalidArgument("this box keeps no side files for the properties named")
-        return self._side_files.place(side_file)
-
-    def _withdraw(self, placed: Placed | None) -> None:
-        if placed is not None and self._side_files is not None:
-            self._side_files.withdraw(placed)
 
     def _working_dir(self, queue: str | None) -> str:
         if queue is None:

@@ -29,7 +29,7 @@ from boxmq.client.live_queue import LiveQueue
 from boxmq.client.memory import MemoryDelivery, MemoryInbox
 from boxmq.client.routes import Routes
 from boxmq.client.shared_lock import SharedLock
-from boxmq.client.spill import spilled
+from boxmq.client.spill import place_door_file, spilled, withdraw
 from boxmq.clock import Clock
 from boxmq.core import Destination, QoS, validate_topic
 from boxmq.core.durations import check_seconds
@@ -332,7 +332,7 @@ class Publisher:
                 staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
             except BaseException:
                 # Refused, its side file stayed named by nothing until the hourly collection.
-                self._withdraw(placed)
+                withdraw(self._side_files, placed)
                 raise
             try:
                 # A retained message names its side file, unless it deletes (no body).
@@ -348,7 +348,7 @@ class Publisher:
             except BaseException:
                 self._retained.discard(staged)
                 if in_header is not None:  # the copies' names have no room for it: none does
-                    self._withdraw(placed)
+                    withdraw(self._side_files, placed)
                 raise
             try:
                 self._retained.replace(staged)
@@ -356,7 +356,7 @@ class Publisher:
                 # Withdrawn only if the header naming it never went in place: a flush that
                 # fails may follow the rename (the copies, committed, name any other).
                 if self._retained.discard(staged) and in_header is not None:
-                    self._withdraw(placed)
+                    withdraw(self._side_files, placed)
                 raise
 
     def send_files(
@@ -454,13 +454,14 @@ class Publisher:
         try:
             staged = self._retained.stage(envelope.topic, name, data, properties_file=in_header)
         except BaseException:
-            self._withdraw(placed)  # as in `_publish_retained`: the deliver is tried again
+            # As in `_publish_retained`: the deliver is tried again.
+            withdraw(self._side_files, placed)
             raise
         try:
             self._retained.replace(staged)
         except BaseException:
             if self._retained.discard(staged):  # never in place: its header names it nowhere
-                self._withdraw(placed)
+                withdraw(self._side_files, placed)
             raise
 
     def copies(self, envelope: Envelope) -> list[tuple[str, str]]:
@@ -497,14 +498,14 @@ class Publisher:
             route = self._destinations(envelope.topic, level, source)
         names = copy_names(envelope, route.levels)
         if side_file is not None and (kept or route.copied) and names_side_file(envelope):
-            placed = self._put_side_file(side_file)
+            placed = place_door_file(self._side_files, side_file)
         try:
             move = self._staged(envelope, data, None, route.durable, names)
         except BaseException:
             # Told to send it again: a side file made for it alone stayed named by nothing
             # until the hourly collection (a full disk's last page). Not once its commit
             # began: a flush that fails may follow copies linked already, which name it.
-            self._withdraw(placed)
+            withdraw(self._side_files, placed)
             raise
         if move is not None:
             try:
@@ -523,21 +524,8 @@ class Publisher:
         (None, None) where no header names one."""
         if side_file is None or not data or carries_v5(envelope):
             return None, None
-        placed = self._put_side_file(side_file)
+        placed = place_door_file(self._side_files, side_file)
         return placed, NAMED_AS + placed.key
-
-    def _put_side_file(self, side_file: bytes) -> Placed:
-        """Write a door's side file (a retained message's header names it as `NAMED_AS` and
-        its key: store/retained.py, PROPERTIES_SIDE_FILE)."""
-        if self._side_files is None:  # a door's message, on a box without side files
-            raise InvalidArgument("this box keeps no side files for the properties named")
-        return self._side_files.place(side_file)
-
-    def _withdraw(self, placed: Placed | None) -> None:
-        """Delete a side file `_put_side_file` made for a message that failed, unless
-        another message's put found or replaced it (SideFiles.withdraw)."""
-        if placed is not None and self._side_files is not None:
-            self._side_files.withdraw(placed)
 
     def _envelope(
         self,
@@ -677,7 +665,7 @@ class Publisher:
             # A bad message after them, or a write the disk refused: the batch is refused, and
             # a side file made for it alone stayed named by nothing until the hourly collection.
             for each in placed:
-                self._withdraw(each)
+                withdraw(self._side_files, each)
             raise
         return planned, moves
 
@@ -742,7 +730,7 @@ class Publisher:
                 names = route.plain_names(envelope)
             door_file = message.side_file
             if door_file is not None and route.copied and names_side_file(envelope):
-                placed.append(self._put_side_file(door_file))  # a copy will name it
+                placed.append(place_door_file(self._side_files, door_file))  # a copy will name it
             planned.append((envelope, body, route, names))
         return planned
 

@@ -29,7 +29,7 @@ from boxmq.client.lifecycle import (
 from boxmq.client.live_queue import LiveQueue
 from boxmq.client.message import Message
 from boxmq.client.ranked_names import ranked_priority
-from boxmq.client.spill import spilled
+from boxmq.client.spill import spilled, withdraw
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import check_seconds
@@ -295,7 +295,7 @@ class Queue:
             # written goes out later, nor waits in working/ for the sweep, nor a side file
             # made for one of them alone, named by nothing until the hourly collection.
             for index in discard_unsent(moves):
-                self._withdraw(placed[index])
+                withdraw(self._side_files, placed[index])
             if isinstance(error, FileNotFoundError):
                 self._check_not_deleted(error)
             raise
@@ -343,14 +343,8 @@ class Queue:
                 envelope = replace(envelope, message_id=self._ids.new())
                 name = self._name(envelope, plain)
             except BaseException:  # a full disk: the message is refused, its side file too
-                self._withdraw(placed)
+                withdraw(self._side_files, placed)
                 raise
-
-    def _withdraw(self, placed: Placed | None) -> None:
-        """Delete a side file made for a message refused to its producer, unless another
-        message's put found or replaced it (SideFiles.withdraw)."""
-        if placed is not None and self._side_files is not None:
-            self._side_files.withdraw(placed)
 
     @staticmethod
     def _name(envelope: Envelope, plain: bool) -> str:

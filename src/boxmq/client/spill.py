@@ -59,9 +59,24 @@ from boxmq.model import (
 from boxmq.store import v5_properties
 from boxmq.store.side_files import Placed, SideFiles, key_of
 
-__all__ = ["spilled", "v5_bytes"]
+__all__ = ["place_door_file", "spilled", "v5_bytes", "withdraw"]
 
 _T = TypeVar("_T")
+
+
+def place_door_file(side_files: SideFiles | None, data: bytes) -> Placed:
+    """Write the side file of a door's message's v5 properties (`SideFiles.place`), which a
+    name or a retained message's header names; InvalidArgument on a box that keeps none."""
+    if side_files is None:  # a door's message, on a box without side files
+        raise InvalidArgument("this box keeps no side files for the properties named")
+    return side_files.place(data)
+
+
+def withdraw(side_files: SideFiles | None, placed: Placed | None) -> None:
+    """Delete a side file `spilled` or `place_door_file` made for a message that failed,
+    unless another message's put found or replaced it (`SideFiles.withdraw`)."""
+    if placed is not None and side_files is not None:
+        side_files.withdraw(placed)
 
 
 def spilled(
