@@ -103,8 +103,7 @@ class Engines:
         messages' `queue` (one dropbox is one filter and subscriber: whoever makes it first
         gives the same)."""
         with self._lock:
-            if self._closed:
-                raise closed_box(self._root)
+            self.refuse_if_closed()
             live = self._live.get(dropbox.path)
             if live is None:
                 options = self.options
@@ -127,8 +126,8 @@ class Engines:
             return live
 
     def refuse_if_closed(self) -> None:
-        """Closed once the box is closed: for a caller that writes before it asks for an
-        engine (Topics.subscribe's records), which `live` refused only after them."""
+        """Closed once the box is closed: `live`'s check, and for a caller that writes before
+        it asks for an engine (Topics.subscribe's records), which `live` refused only after."""
         if self._closed:
             raise closed_box(self._root)
 
