@@ -44,13 +44,13 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from boxmq.client import mqtt_fields
+from boxmq.client.copies import carries_v5
 from boxmq.core.topics import validate_topic
 from boxmq.errors import InvalidArgument, InvalidTopic, MetadataTooLong
 from boxmq.model import (
     GROUP_KEY,
     PROPERTIES_FILE,
     RESERVED_PREFIX,
-    V5_PROPERTIES,
     Envelope,
     Property,
     PropertyType,
@@ -191,7 +191,7 @@ def _carried(prop: Property) -> str | bytes | int | None:
 def _movable(envelope: Envelope) -> bool:
     """Whether some property of `envelope`, or its reply-to or correlation id, could leave its
     name for a side file."""
-    if any(p.name in (V5_PROPERTIES, PROPERTIES_FILE) for p in envelope.properties):
+    if carries_v5(envelope):
         return False
     if _fields_kept(envelope, keep_fields=False) != (envelope.reply_to, envelope.correlation_id):
         return True
