@@ -64,7 +64,7 @@ from boxmq.model import ConsumerId
 from boxmq.mqtt.admission import Admission
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.claim_wait import waits_for_claim
-from boxmq.mqtt.clients import Client, Link, Outgoing
+from boxmq.mqtt.clients import Client, Link, Outgoing, log_level
 from boxmq.mqtt.connect_answers import ConnectAnswers
 from boxmq.mqtt.connect_terms import connecting
 from boxmq.mqtt.delivery import Delivery
@@ -403,7 +403,7 @@ class Broker:
         del self._links[session.client_id]
         self._named.pop(consumer_name(session.client_id), None)
         session.connected = False
-        level = logging.DEBUG if client.quiet else logging.INFO  # counted (connect_answers)
+        level = log_level(client)  # DEBUG if counted (connect_answers)
         log.log(level, "client %s disconnected (%s)", session.client_id, reason)
         self._share_turns(session, take=False)
         will = None if client.clean_exit else session.will

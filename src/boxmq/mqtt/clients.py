@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -111,6 +112,14 @@ def disk_work_ahead(client: Client) -> bool:
     batch (`jobs`), or in the batch running now (`tail`). What it sent after them and must
     not overtake them is then done in turn, after them."""
     return bool(client.jobs) or client.tail is not None
+
+
+def log_level(client: Client, told: int = logging.INFO) -> int:
+    """The level of a line about the connection: `told`, or DEBUG for one counted, not told,
+    as a reconnect loop's (connect_answers.py, `Client.quiet`): a script that connects, is
+    refused, and goes, again and again, wrote a line each time, however its connections
+    were summarised."""
+    return logging.DEBUG if client.quiet else told
 
 
 def name_of(client: Client) -> str:

@@ -22,7 +22,7 @@ from boxmq.core.durations import spelled
 from boxmq.errors import store_failure
 from boxmq.mqtt.batches import Batches
 from boxmq.mqtt.claim_wait import wait_for_claim
-from boxmq.mqtt.clients import Client, Link, Outgoing
+from boxmq.mqtt.clients import Client, Link, Outgoing, log_level
 from boxmq.mqtt.connect_terms import (
     connecting,
     expiry_of,
@@ -291,7 +291,7 @@ class ConnectAnswers:
         def said_connected() -> None:
             if self._links.get(client_id) is client:  # not refused nor closed meanwhile
                 log.log(
-                    logging.DEBUG if client.quiet else logging.INFO,
+                    log_level(client),
                     "client %s connected from %s (MQTT %s, %s%s session%s)",
                     client_id,
                     client.link.peer,

@@ -49,7 +49,7 @@ from boxmq.errors import (
     store_failure,
 )
 from boxmq.model import PUBLISHED_RETAINED, MessageId, PropertyValue
-from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
+from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead, log_level
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_all
 from boxmq.mqtt.errors import ProtocolError
@@ -265,7 +265,7 @@ class Publishing:
         if not client.told_sys:
             client.told_sys = True
             log.log(
-                _first_level(client),
+                log_level(client),
                 "client %s may not publish to %s: $SYS topics are the server's own (an ACL "
                 "rule can allow it); further refusals on this connection are not logged",
                 session.client_id,
@@ -473,7 +473,7 @@ class Publishing:
         elif not stored_failed:
             client.told_not_stored = True
             log.log(
-                logging.DEBUG if client.quiet else logging.WARNING,  # a reconnect loop's
+                log_level(client, logging.WARNING),  # a reconnect loop's: DEBUG
                 "%s: %s; further such refusals on this connection are logged at debug level",
                 what,
                 error,
@@ -521,7 +521,7 @@ class Publishing:
         elif not logged:
             client.told_publish = True
             log.log(
-                _first_level(client),
+                log_level(client),
                 "client %s may not publish to %s; further refusals of its PUBLISHes on this "
                 "connection are logged at debug level",
                 session.client_id,
@@ -721,7 +721,7 @@ class Publishing:
         if not self._may_publish(username, client_id, will.topic):
             # As for a refused PUBLISH: the log says no, never that it went out; at debug
             # level for a connection of a reconnect loop, whose lines are counted.
-            level = logging.INFO if behind is None else _first_level(behind)
+            level = logging.INFO if behind is None else log_level(behind)
             log.log(level, "client %s may not publish its will to %s", client_id, will.topic)
             if written is not None:
                 written(None)
@@ -940,14 +940,6 @@ class Publishing:
         # The intake writes the side file once a name that names it fits (an earlier
         # try's, the topic leaving no room for its key, stayed named by nothing).
         return store_with_properties(packet, assured, room)
-
-
-def _first_level(client: Client) -> int:
-    """The level of a connection's first refusal of a kind: INFO, or DEBUG for a connection
-    counted, not told, as a reconnect loop's (connect_answers.py, `Client.quiet`): a script
-    that connects, is refused, and goes, again and again, wrote a line each time, however
-    its connections were summarised."""
-    return logging.DEBUG if client.quiet else logging.INFO
 
 
 def _in_clients_words(error: BoxMQError, client_id: str) -> BoxMQError:

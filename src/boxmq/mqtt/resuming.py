@@ -15,7 +15,7 @@ from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import parse_filter
 from boxmq.errors import store_failure
-from boxmq.mqtt.clients import Client, Kick
+from boxmq.mqtt.clients import Client, Kick, log_level
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.lifetimes import Lifetimes, owned_on_disk
 from boxmq.mqtt.reasons import ReasonCode
@@ -106,7 +106,7 @@ class Resuming:
         `record`: the session's record on disk (`record_of`), for one not in memory."""
         old_client = self._links.get(client_id)
         if old_client is not None:
-            level = logging.DEBUG if old_client.quiet else logging.INFO  # a reconnect loop's
+            level = log_level(old_client)  # DEBUG: a reconnect loop's
             log.log(level, "client %s: taken over by a new connection", client_id)
             # §3.1.2.5: the old connection closes without DISCONNECT, so its Will goes out
             # as at any such close (broker `closed`: written down in a persistent session's record

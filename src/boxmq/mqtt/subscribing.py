@@ -51,7 +51,7 @@ from boxmq.core import QoS, Subscription, matcher, parse_filter
 from boxmq.core.durations import LONGEST
 from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
 from boxmq.model import ConsumerId, Envelope
-from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead
+from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead, log_level
 from boxmq.mqtt.delivery import Delivery
 from boxmq.mqtt.disk import Job, run_now
 from boxmq.mqtt.errors import ProtocolError
@@ -347,7 +347,7 @@ class Subscribing:
             return
         client.too_deep = True
         log.log(
-            logging.DEBUG if client.quiet else logging.WARNING,  # a reconnect loop's
+            log_level(client, logging.WARNING),  # a reconnect loop's: DEBUG
             "client %s: subscribing to %s refused: its filter has %d levels, over [mqtt.limits] "
             "max_topic_levels = %d; further refusals on this connection are not logged",
             session.client_id,
@@ -382,7 +382,7 @@ class Subscribing:
             else:
                 client.told_subscribe = True
                 log.log(
-                    logging.DEBUG if client.quiet else logging.INFO,  # a reconnect loop's
+                    log_level(client),  # a reconnect loop's: DEBUG
                     "client %s may not subscribe to %s; further refusals of its filters on "
                     "this connection are logged at debug level",
                     session.client_id,
