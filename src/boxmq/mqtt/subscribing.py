@@ -45,9 +45,10 @@ from functools import partial
 from typing import Final
 
 from boxmq.client.box import Box
+from boxmq.client.message import Message
 from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
-from boxmq.core import QoS, Subscription, matcher, parse_filter
+from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter
 from boxmq.core.durations import LONGEST
 from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
 from boxmq.model import ConsumerId, Envelope
@@ -142,15 +143,13 @@ def _holds_some(subscriber: Subscriber | None) -> bool:
     return subscriber is not None and subscriber.holding() > 0
 
 
-def _settle_sent(session: Session, subscriber: Subscriber) -> None:
-    """Acknowledge on disk what the session's outbox holds of `subscriber`'s messages (sent
-    or queued): the group they are in ends, and its client's answers will find them gone
-    (Delivery._left). One settled meanwhile (a PUBACK read before) is passed over."""
-    queue = subscriber.queue
-    for token in session.outbox.tokens():
-        if token is not None and token.queue == queue:
-            with contextlib.suppress(BoxMQError):
-                token.ack()
+def _settle_sent(sent: list[Message]) -> None:
+    """Acknowledge on disk what the session's outbox holds of a subscriber's messages (sent
+    or queued, `sent`): the group they are in ends, and its client's answers will find them
+    gone (Delivery._left). One settled meanwhile (a PUBACK read before) is passed over."""
+    for token in sent:
+        with contextlib.suppress(BoxMQError):
+            token.ack()
 
 
 def hold_the_rest(client: Client) -> None:
@@ -733,13 +732,14 @@ class Subscribing:
         if options.durable:
             subscribers = self._durable.get(client_id, {})
             held = subscribers.get(text)
+            parsed = parse_filter(text)
             # MQTT-234: the last member's UNSUBSCRIBE ends the group, deleting what it had
             # not delivered; what this one was sent it still completes (its packets are in
             # its outbox, its later answers settle nothing), settled first so that a member
             # joining meanwhile is not sent them again.
             last = False
-            if parse_filter(text).shared and held is not None and _holds_some(held):
-                last = self._last_member(session, text)
+            if parsed.shared and held is not None and _holds_some(held):
+                last = self._last_member(session, parsed)
                 if not last:
                     # MQTT-3.10.4-3: what it was sent it completes, not another member: it
                     # takes nothing more, and closes once those are settled
@@ -750,18 +750,19 @@ class Subscribing:
             subscriber = subscribers.pop(text, None)
             try:
                 if subscriber is not None:
-                    if last:
-                        _settle_sent(session, subscriber)
                     queue = subscriber.queue
-                    if session.orphans is None:
-                        session.orphans = set()
-                    session.orphans.update(
+                    sent = [
                         token
                         for token in session.outbox.tokens()
                         if token is not None and token.queue == queue
-                    )
+                    ]
+                    if last:
+                        _settle_sent(sent)
+                    if session.orphans is None:
+                        session.orphans = set()
+                    session.orphans.update(sent)
                     subscriber.close()
-                if not parse_filter(text).shared:
+                if not parsed.shared:
                     self._box.unsubscribe(text, consumer_name(client_id))
             except OSError:
                 # Still on disk: the session's again, open again (nothing to write: its
@@ -775,10 +776,9 @@ class Subscribing:
             self._memory.unsubscribe(client_id, parse_filter(text))
         return True
 
-    def _last_member(self, session: Session, text: str) -> bool:
-        """Whether the session is the only member of the share group `text` on disk (of any
-        process, a persistent session away included); not when the disk cannot say."""
-        parsed = parse_filter(text)
+    def _last_member(self, session: Session, parsed: TopicFilter) -> bool:
+        """Whether the session is the only member of the share group `parsed` on disk (of
+        any process, a persistent session away included); not when the disk cannot say."""
         assert parsed.share_group is not None
         try:
             members = self._box.topics.members_of(parsed.share_group, parsed.filter)
