@@ -205,7 +205,7 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
         return 130
     if not found:  # another process deleted it first
         raise QueueNotFound(f"no queue {args.queue!r}: another process deleted it meanwhile")
-    messages = sum(dataclasses.astuple(deleted[0]))
+    messages = _messages(deleted[0])
     # By state as the line says it, under `ls --json`'s keys: a script can tell whether only
     # done messages went (consumed already) or some that never will be now.
     by_state = _counts(deleted[0]) | {"uncommitted": deleted[0].uncommitted}
@@ -222,21 +222,26 @@ def _interrupted_delete(args: argparse.Namespace, box: Box, deleted: list[QueueC
     and its files are deleted after it, one by one (minutes for 200,000 on a disk mounted
     with discard), so a Ctrl-C mostly comes when the queue is gone and files are left; it was
     exit 130 with not a word, the queue gone from `ls` and its files still on disk."""
+    said = f"{output.said_by(args)}: interrupted"
     if deleted:
-        messages = sum(dataclasses.astuple(deleted[0]))
-        gone = f"{args.queue} is deleted, with its {messages} message(s)"
+        gone = f"{args.queue} is deleted, with its {_messages(deleted[0])} message(s)"
     elif not os.path.lexists(queue_path(box.root, args.queue)):  # Ctrl-C amid the count
         gone = f"{args.queue} is deleted"
     else:
-        output.err(output.said(f"boxmq delete: interrupted: {args.queue} was not deleted"))
+        output.err(output.said(f"{said}: {args.queue} was not deleted"))
         return
     leftovers = os.path.join(box.root, DELETING_DIR)
     output.err(
         output.said(
-            f"boxmq delete: interrupted: {gone}, but some of its files are left in "
+            f"{said}: {gone}, but some of its files are left in "
             f"{leftovers}/, which the next delete or a sweep of `boxmq serve` removes"
         )
     )
+
+
+def _messages(counts: QueueCounts) -> int:
+    """How many messages a deleted queue held, in every state."""
+    return sum(dataclasses.astuple(counts))
 
 
 def _unsubscribe_line(box: Box, name: str) -> str | None:
