@@ -30,7 +30,7 @@ from boxmq.client.queue import Queue
 from boxmq.client.receiver import Receiver
 from boxmq.clock import periodic_due
 from boxmq.core.refusal_lines import RefusalLines, passed_over_said
-from boxmq.core.topics import about_sys
+from boxmq.core.topics import about_sys, sys_unserved
 from boxmq.errors import (
     BoxMQError,
     Closed,
@@ -646,11 +646,10 @@ class QueueService:
         passed_over = self._sys_lines.refused(bare(jid), now=self._now())
         if passed_over is not None:
             log.info(
-                "%s subscribed to the topic node %s, under $SYS, the MQTT server's own topics: "
-                "each boxmq serve publishes its figures there to its MQTT clients only, so it "
-                "gets none of them%s",
+                "%s subscribed to the topic node %s, %s%s",
                 jid,
                 node,
+                sys_unserved("it"),  # the API's and the CLI's wording of it
                 passed_over_said(passed_over),
             )
 
