@@ -145,12 +145,8 @@ def result(iq: Iq, inner: str = "") -> str:
 def error(iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None) -> str:
     """The iq-error for `iq`: the request echoed (or `inner`), then the error (RFC 6120 §8.3)."""
     echoed = inner if inner is not None else (xml_of(iq.child) if iq.child is not None else "")
-    # An iq without an id is refused (RFC 6120 §8.1.3): none to mirror, and id='' is no id.
-    mirrored = f" id={attr(iq.id)}" if iq.id else ""
-    return (
-        f"<iq type='error'{mirrored} to={recurring_attr(iq.sender)} "
-        f"from={recurring_attr(iq.to)}>{echoed}{_error(condition, text)}</iq>"
-    )
+    # An iq without an id is refused (RFC 6120 §8.1.3): none to mirror (_error_stanza).
+    return _error_stanza("iq", iq.id, iq.sender, iq.to, echoed + _error(condition, text))
 
 
 def message_error(
@@ -159,10 +155,16 @@ def message_error(
     """The message-error for a message refused (RFC 6120 §8.3): to its sender, from the
     address it was sent to, under its id if it had one. The message is not echoed (a MAY,
     §8.3.1): one refused for its size would not fit back into a stanza."""
-    mirrored = f" id={attr(message_id)}" if message_id else ""
+    return _error_stanza("message", message_id, sender, to, _error(condition, text))
+
+
+def _error_stanza(kind: str, stanza_id: str | None, sender: str, to: str, inner: str) -> str:
+    """A stanza of type error (RFC 6120 §8.3): to the sender of the one refused, from the
+    address it was sent to, under its id if it had one (id='' is no id)."""
+    mirrored = f" id={attr(stanza_id)}" if stanza_id else ""
     return (
-        f"<message type='error'{mirrored} to={recurring_attr(sender)} "
-        f"from={recurring_attr(to)}>{_error(condition, text)}</message>"
+        f"<{kind} type='error'{mirrored} to={recurring_attr(sender)} "
+        f"from={recurring_attr(to)}>{inner}</{kind}>"
     )
 
 
