@@ -2758,6 +2758,27 @@ def test_a_delete_stopped_by_ctrl_c_says_the_queue_is_gone_and_who_clears_the_re
     assert not (root / ".deleting").exists()
 
 
+def test_a_delete_stopped_by_ctrl_c_before_its_rename_says_the_queue_is_not_deleted(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other side of the test above: a Ctrl-C before the queue left its path deletes
+    # nothing, and the line says so, under the command's name as the others are.
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([b"x"] * 5)
+
+    def ctrl_c(*args: Any, **kwargs: Any) -> bool:
+        raise KeyboardInterrupt  # what SIGINT raises before the rename
+
+    monkeypatch.setattr("boxmq.client.box.remove_dropbox", ctrl_c)
+    assert cli.main(["--data", str(root), "delete", "jobs"]) == 130
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == "boxmq delete: interrupted: jobs was not deleted\n"
+    monkeypatch.undo()
+    with boxmq.open(root) as box:
+        assert box.queue("jobs", create=False).counts().ready == 5
+
+
 def test_a_requeue_stopped_by_ctrl_c_says_what_it_left(
     root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
