@@ -49,10 +49,9 @@ from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending, send_through_pending
 from boxmq.store.layout import State, queue_path
 from boxmq.store.names import decode_lenient
+from boxmq.store.spares import write_new
 
 __all__ = ["Destination", "Publisher", "ensure_queue", "stage_dir", "write_staged"]
-
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,23 +86,12 @@ def stage_dir(destination: Destination, job: str, batch: int | None, task: str) 
 
 def write_staged(directory: str, name: str, body: bytes) -> bool:
     """Write one message file; False if the name is taken in this folder (draw another id)."""
-    path = os.path.join(directory, name)
     try:
-        fd = os.open(path, _CREATE, 0o644)
+        # A full disk: the task fails, and no file cut short stays in its folder (it named
+        # its side file, withdrawn by the task: sink.py), as a put's new file.
+        write_new(os.path.join(directory, name), body, spares=None)
     except FileExistsError:
         return False
-    try:
-        view = memoryview(body)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        # A full disk: the task fails, and a file cut short stays out of its folder (it
-        # named its side file, withdrawn by the task: sink.py).
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
-    os.close(fd)
     return True
 
 
