@@ -424,6 +424,37 @@ def test_a_first_get_on_a_deep_queue_stats_only_what_is_no_regular_file(
     ]
 
 
+def test_a_first_get_on_a_deep_queue_lists_target_once(
+    root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first get listed target/ twice (its names, then their file types) and made an Entry
+    # of each file only to drop it: about half of its look on a queue of 100,000 (found by a
+    # second read).
+    jobs = box.queue("jobs")
+    ids = jobs.put_many([b"x"] * 2000)
+    target = root / "jobs" / "target"
+    (target / "4.1796094129337178-1.T").mkdir()  # a stray, told by the one listing
+    listed: list[str] = []
+    real_listdir, real_scandir = os.listdir, os.scandir
+
+    def listdir(path: str) -> list[str]:
+        listed.append(os.fspath(path))
+        return real_listdir(path)
+
+    def scandir(path: str) -> object:
+        listed.append(os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
+    with boxmq.open(root) as other:  # a new box, as a `boxmq get` run is
+        got = other.queue("jobs").get()
+    assert got is not None
+    assert got.id == ids[0]
+    assert listed.count(str(target)) == 1
+    assert os.listdir(root / "jobs" / "error") == ["4.1796094129337178-1.T"]
+
+
 def test_a_first_get_on_a_deep_queue_decodes_only_what_its_name_does_not_rank(
     root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:

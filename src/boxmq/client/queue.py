@@ -437,13 +437,18 @@ class Queue:
         strays: list[str] = []
         expired = []
         known = self._known
-        names = self._box.names(State.TARGET)
         # Many names not seen yet (a process's first get, as each `boxmq get` run is, on a
-        # deep queue): those that are no file are told by one more listing's file types, not
-        # by an lstat of each name (200,000 of them, a second of the four such a get took).
-        odd = (
-            self._box.not_regular(State.TARGET) if len(names) - len(known) > _MANY_UNSEEN else None
-        )
+        # deep queue): those that are no file are told by a listing's file types, not by an
+        # lstat of each name (200,000 of them, a second of the four such a get took). A
+        # first get lists once with the types; a later one lists the names alone (a fraction
+        # of the cost) and a second time with the types only if many are new.
+        odd: set[str] | None
+        if not known:
+            names, odd = self._box.typed_names(State.TARGET)
+        else:
+            names = self._box.names(State.TARGET)
+            many = len(names) - len(known) > _MANY_UNSEEN
+            odd = self._box.not_regular(State.TARGET) if many else None
         for name in names:
             if (item := known.get(name)) is None:
                 # Looked at once per name: a file that a directory or a link replaces since
