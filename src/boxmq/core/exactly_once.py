@@ -46,6 +46,8 @@ __all__ = [
     "SourceOverLimit",
     "SourceUsage",
     "UntrustedSource",
+    "check_message_size",
+    "check_trusted",
 ]
 
 _Key = tuple[str, str]  # (source, msg_id)
@@ -92,6 +94,35 @@ class ExactlyOnceLimits:
 
 
 _DEFAULTS = ExactlyOnceLimits()
+
+
+def check_trusted(
+    trusted: frozenset[str] | None, source: str, identities: tuple[str, ...] = ()
+) -> None:
+    """UntrustedSource unless `trusted` (ExactlyOnceLimits.trusted_sources; None: anyone)
+    lists `source` or one of `identities`, the other names its door knows it by (see
+    `ExactlyOnce.assured`). The intake's check, and the MQTT door's for a QoS 2 message it
+    holds in memory until its PUBREL, so that one client is trusted alike by both."""
+    # Checked trusted or not, so that a mistake shows at once: identities="alice" would
+    # have been searched letter by letter.
+    if not isinstance(identities, tuple) or not all(isinstance(i, str) for i in identities):
+        raise InvalidArgument(f"identities is a tuple of str, not {identities!r}")
+    if trusted is None or source in trusted:
+        return
+    if not any(identity in trusted for identity in identities):
+        # urn:xmpp:qos, Memory attacks 1: not-allowed for untrusted sources
+        raise UntrustedSource(source)
+
+
+def check_message_size(size: int, max_message_size: int) -> None:
+    """MessageTooLarge for a message of `size` bytes over `max_message_size`: the intake's
+    check, and the MQTT door's for a QoS 2 message it holds in memory (its payload, as the
+    intake weighs one), which puts its own words before these ("client x: a QoS 2 message
+    of " + "N bytes is over max_message_size (M)")."""
+    if size < 0:
+        raise InvalidArgument(f"a message size cannot be negative, got {size}")
+    if size > max_message_size:
+        raise MessageTooLarge(f"{size} bytes is over max_message_size ({max_message_size})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,14 +193,14 @@ class ExactlyOnce:
         may list (an XMPP door's sender is its full JID, and trusted as its bare one). Only
         the caller's protocol knows them: a source is never taken apart here (an MQTT client
         id may hold a '/')."""
-        self._check_trusted(source, identities)
+        check_trusted(self._limits.trusted_sources, source, identities)
         key = (source, msg_id)
         state = self._state(key, now)
         if reclaim and state is Incoming.DELIVERED:
             state = Incoming.NEW
         _, action = receive(state, Request.ASSURED)
         if action is Action.STORE:
-            self._check_size(size)
+            check_message_size(size, self._limits.max_message_size)
             self._check_room(source, size)
             self._done.pop(key, None)  # a remembered id past done_ttl: a new message
             self._add(key, _Pending(size, now, stored=False))
@@ -276,26 +307,6 @@ class ExactlyOnce:
             return Incoming.STORED  # reserved counts too: a repeat is answered, not stored
         until = self._done.get(key)
         return Incoming.DELIVERED if until is not None and until > now else Incoming.NEW
-
-    def _check_trusted(self, source: str, identities: tuple[str, ...]) -> None:
-        # Checked trusted or not, so that a mistake shows at once: identities="alice" would
-        # have been searched letter by letter.
-        if not isinstance(identities, tuple) or not all(isinstance(i, str) for i in identities):
-            raise InvalidArgument(f"identities is a tuple of str, not {identities!r}")
-        trusted = self._limits.trusted_sources
-        if trusted is None or source in trusted:
-            return
-        if not any(identity in trusted for identity in identities):
-            # urn:xmpp:qos, Memory attacks 1: not-allowed for untrusted sources
-            raise UntrustedSource(source)
-
-    def _check_size(self, size: int) -> None:
-        if size < 0:
-            raise InvalidArgument(f"a message size cannot be negative, got {size}")
-        if size > self._limits.max_message_size:
-            raise MessageTooLarge(
-                f"{size} bytes is over max_message_size ({self._limits.max_message_size})"
-            )
 
     def _check_room(self, source: str, size: int) -> None:
         """urn:xmpp:qos, Memory attacks 2 and 3: resource-constraint per source and in total."""

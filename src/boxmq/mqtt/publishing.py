@@ -36,7 +36,12 @@ from typing import TypeVar
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.box import Box
 from boxmq.clock import Clock
-from boxmq.core.exactly_once import SourceOverLimit, UntrustedSource
+from boxmq.core.exactly_once import (
+    SourceOverLimit,
+    UntrustedSource,
+    check_message_size,
+    check_trusted,
+)
 from boxmq.core.refusal_lines import RefusalLines, passed_over_said
 from boxmq.errors import (
     BoxMQError,
@@ -81,7 +86,6 @@ from boxmq.mqtt.stored import (
     side_file_of,
     store_with_properties,
     stored_expiry,
-    trusts,
 )
 from boxmq.mqtt.sys_topics import about_sys
 
@@ -306,16 +310,18 @@ class Publishing:
         as the intake refuses it: PUBREC 0x87 (3.1.1: the close)."""
         packet_id = packet.packet_id
         assert packet_id is not None
-        if self._trusted is not None and not trusts(self._trusted, session.client_id):
-            untrusted = UntrustedSource(exactly_once_source(session.client_id))
-            self._send_error(client, session, Pubrec(packet_id), untrusted)
-            return
-        if len(packet.payload) > self._held_size_limit:
-            refusal = MessageTooLarge(
-                f"client {session.client_id}: a QoS 2 message of {len(packet.payload)} bytes "
-                f"is over max_message_size ({self._held_size_limit})"
-            )
+        client_id = session.client_id
+        try:
+            if self._trusted is not None:  # None: anyone, and no source to work out
+                source = exactly_once_source(client_id)
+                check_trusted(self._trusted, source, exactly_once_identities(client_id))
+            check_message_size(len(packet.payload), self._held_size_limit)
+        except MessageTooLarge as too_large:
+            refusal = MessageTooLarge(f"client {client_id}: a QoS 2 message of {too_large}")
             self._send_error(client, session, Pubrec(packet_id), refusal)
+            return
+        except UntrustedSource as untrusted:
+            self._send_error(client, session, Pubrec(packet_id), untrusted)
             return
         size = held_size(packet)
         totals = self.held_totals

@@ -96,7 +96,6 @@ __all__ = [
     "storable",
     "store_with_properties",
     "stored_expiry",
-    "trusts",
     "unsendable_topic",
 ]
 
@@ -176,14 +175,6 @@ def exactly_once_identities(client_id: str) -> tuple[str, ...]:
     whose '/' or '%' its files escape, or one shortened to its hash. () when they are one."""
     listed = MQTT_SOURCE_PREFIX + client_id
     return () if listed == exactly_once_source(client_id) else (listed,)
-
-
-def trusts(trusted: frozenset[str] | None, client_id: str) -> bool:
-    """Whether `trusted` (ExactlyOnceLimits.trusted_sources; None: anyone) lets the client send
-    exactly once, as the intake decides (ExactlyOnce's check): for what is held in memory."""
-    if trusted is None or exactly_once_source(client_id) in trusted:
-        return True
-    return any(name in trusted for name in exactly_once_identities(client_id))
 
 
 def kept_properties(packet: Publish, *, spill: bool = False) -> dict[str, str]:
