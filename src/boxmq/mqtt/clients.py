@@ -30,7 +30,7 @@ from boxmq.mqtt.peer_address import PeerAddress
 from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.session import Session
 
-__all__ = ["Client", "Kick", "Link", "Outgoing", "disk_work_ahead", "name_of"]
+__all__ = ["Client", "Kick", "Link", "Outgoing", "disk_work_ahead", "log_level", "name_of"]
 
 
 class Link(Protocol):
