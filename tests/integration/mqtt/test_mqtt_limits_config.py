@@ -40,6 +40,19 @@ def test_limits_at_the_highest_values_the_file_accepts(tmp_path: Path, v5: bool)
         pub.stop()
 
 
+def _eleven_bytes_refused_ten_taken(sock: socket.socket) -> None:
+    """Under `[exactly_once] max_message_size = 10`: an 11-byte QoS 2 PUBLISH gets PUBREC 0x97
+    (Quota exceeded) with a Reason String naming the cap, a 10-byte one PUBREC success."""
+    sock.sendall(publish_qos2("eo/big", 1, b"eleven byte"))
+    kind, body = read(sock)
+    assert (kind, body[:3]) == (0x50, b"\x00\x01\x97")  # PUBREC: quota exceeded
+    assert b"over max_message_size (10)" in body  # its Reason String
+    sock.sendall(publish_qos2("eo/small", 2, b"ten bytes!"))
+    kind, body = read(sock)
+    assert (kind, body[:2]) == (0x50, b"\x00\x02")
+    assert body[2:3] in (b"", b"\x00")  # success
+
+
 def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path) -> None:
     """`[exactly_once] max_message_size` in `boxmq serve`'s file: a bigger QoS 2 PUBLISH is
     refused with PUBREC 0x97 (Quota exceeded: a PUBREC carries only a PUBREC Reason Code,
@@ -50,14 +63,7 @@ def test_exactly_once_limits_from_the_file_reach_the_qos2_intake(tmp_path: Path)
     with serving_fresh(tmp_path, "--config", str(config)) as address:
         sock, _ = open_raw(address, "raw-pub")
         with sock:
-            sock.sendall(publish_qos2("eo/big", 1, b"eleven byte"))
-            kind, body = read(sock)
-            assert (kind, body[:3]) == (0x50, b"\x00\x01\x97")  # PUBREC: quota exceeded
-            assert b"over max_message_size (10)" in body  # its Reason String
-            sock.sendall(publish_qos2("eo/small", 2, b"ten bytes!"))
-            kind, body = read(sock)
-            assert (kind, body[:2]) == (0x50, b"\x00\x02")
-            assert body[2:3] in (b"", b"\x00")  # success
+            _eleven_bytes_refused_ten_taken(sock)
 
 
 def test_max_message_size_bounds_a_qos2_message_held_in_memory_as_it_bounds_the_intake(
@@ -73,14 +79,7 @@ def test_max_message_size_bounds_a_qos2_message_held_in_memory_as_it_bounds_the_
     with serving_fresh(tmp_path, "--config", str(config)) as address:
         sock, _ = open_raw(address, "clean-pub", clean=True, expiry=0)
         with sock:
-            sock.sendall(publish_qos2("eo/big", 1, b"eleven byte"))
-            kind, body = read(sock)
-            assert (kind, body[:3]) == (0x50, b"\x00\x01\x97")  # PUBREC: quota exceeded
-            assert b"over max_message_size (10)" in body  # its Reason String
-            sock.sendall(publish_qos2("eo/small", 2, b"ten bytes!"))
-            kind, body = read(sock)
-            assert (kind, body[:2]) == (0x50, b"\x00\x02")
-            assert body[2:3] in (b"", b"\x00")  # success
+            _eleven_bytes_refused_ten_taken(sock)
 
 
 def test_exactly_once_limits_bound_the_qos2_messages_a_client_holds_in_memory(
