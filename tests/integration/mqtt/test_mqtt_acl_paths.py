@@ -5,12 +5,12 @@ waiting messages after the ACL changed, a QoS 2 message held in memory for its P
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import paho, start_server
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
+from tests.waiting import logged, until
 
 from boxmq.core import ExactlyOnceLimits
 from boxmq.mqtt.acl import Acl
@@ -128,9 +128,8 @@ def test_wills_refused_in_a_reconnect_loop_are_told_as_its_connections_are(
         for _ in range(12):
             sock, _ = open_raw(running, "dev-1", clean=True, expiry=0, will=("other/w", b"gone"))
             sock.close()  # no DISCONNECT: its Will is due
-        deadline = time.monotonic() + 10
-        while len([r for r in caplog.records if "its will to other/w" in r.getMessage()]) < 12:
-            assert time.monotonic() < deadline, "not every Will was refused"
-            time.sleep(0.05)
+        until(
+            lambda: len(logged(caplog, "its will to other/w")) >= 12, "not every Will was refused"
+        )
     told = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert len([m for m in told if "may not publish its will to other/w" in m]) == 3, told
