@@ -227,18 +227,18 @@ def recorded_connected_since(root: Path, client_id: str, since_ns: int) -> None:
     record of before nor the one of a close (which says away). The file is looked at before
     it is read: the record read is that one or a newer one (each is written anew)."""
     path = record_path(str(root), client_id)
-    deadline = time.monotonic() + WAIT
-    while True:
+
+    def connected() -> bool:
         try:
             written = os.stat(path).st_mtime_ns
         except FileNotFoundError:
-            written = 0
-        if written > since_ns:
-            record = read_record(str(root), client_id)
-            if record is not None and record.disconnected_at is None:
-                return
-        assert time.monotonic() < deadline, f"{client_id}: no connection recorded within {WAIT} s"
-        time.sleep(0.02)
+            return False
+        if written <= since_ns:
+            return False
+        record = read_record(str(root), client_id)
+        return record is not None and record.disconnected_at is None
+
+    until(connected, f"{client_id}: no connection recorded within {WAIT} s", every=0.02)
 
 
 def recorded_will_sent(root: Path, client_id: str) -> None:
