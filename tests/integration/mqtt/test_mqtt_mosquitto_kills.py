@@ -361,10 +361,7 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
         # Its PUBCOMP, which frees the packet id, passed on to the server: read before the
         # cut's close. No record says so (none is written at a PUBCOMP): the last one names
         # the id as releasing until the close's.
-        deadline = time.monotonic() + 10
-        while not gate.pubcomps:
-            assert time.monotonic() < deadline, "mosquitto_sub did not answer the PUBREL"
-            time.sleep(0.01)
+        until(lambda: gate.pubcomps, "mosquitto_sub did not answer the PUBREL", every=0.01)
         if then != "at once":
             # Back after the cut: the record its CONNECT wrote then, which names no packet id,
             # not the close's, nor the connection's before (a try of mosquitto_sub's while
