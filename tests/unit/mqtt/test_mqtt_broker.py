@@ -4291,12 +4291,14 @@ def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path:
 
 
 @contextlib.contextmanager
-def _record_looping(root: Path, client_id: str) -> Iterator[None]:
+def _record_looping(root: Path, client_id: str, *, till_written: bool = False) -> Iterator[None]:
     """The client's record file made a symlink to itself, which every stat and read of it
     refuses (ELOOP: an OSError as root that is neither FileNotFoundError nor
     NotADirectoryError, as EIO of a failing disk is), then the record put back as it was
     (a rename keeps its inode and mtime: still the one this broker wrote). Aside out of the
-    records folder: there, a start or a sweep read it as the client's record."""
+    records folder: there, a start or a sweep read it as the client's record. `till_written`:
+    a record the broker wrote meanwhile (over the symlink) is kept, not put back over with
+    the one before."""
     path = record_path(str(root), client_id)
     aside = os.path.join(root.parent, f"{os.path.basename(path)}.aside")
     os.rename(path, aside)
@@ -4304,8 +4306,11 @@ def _record_looping(root: Path, client_id: str) -> Iterator[None]:
     try:
         yield
     finally:
-        os.unlink(path)
-        os.rename(aside, path)
+        if till_written and not os.path.islink(path):
+            os.unlink(aside)
+        else:
+            os.unlink(path)
+            os.rename(aside, path)
 
 
 def test_a_session_end_left_whose_record_cannot_be_read_waits_for_the_next_sweep(
@@ -4446,24 +4451,6 @@ def test_a_subscribe_whose_record_cannot_be_looked_at_is_answered_as_a_disk_fail
     run_broker(tmp_path, test)
 
 
-@contextlib.contextmanager
-def _record_looping_till_written(root: Path, client_id: str) -> Iterator[None]:
-    """`_record_looping`, but a record the broker wrote meanwhile (over the symlink) is kept,
-    not put back over with the one before."""
-    path = record_path(str(root), client_id)
-    aside = f"{path}.aside"
-    os.rename(path, aside)
-    os.symlink(os.path.basename(path), path)
-    try:
-        yield
-    finally:
-        if os.path.islink(path):
-            os.unlink(path)
-            os.rename(aside, path)
-        else:
-            os.unlink(aside)
-
-
 @pytest.mark.parametrize("answer", ["qos 2 publish", "pubrel"])
 def test_a_qos2_publish_or_pubrel_whose_record_cannot_be_looked_at_is_a_disk_failure(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, answer: str
@@ -4481,14 +4468,14 @@ def test_a_qos2_publish_or_pubrel_whose_record_cannot_be_looked_at_is_a_disk_fai
         packet_id = 0
         with contextlib.ExitStack() as stack:
             if answer == "qos 2 publish":
-                stack.enter_context(_record_looping_till_written(root, "sub"))
+                stack.enter_context(_record_looping(root, "sub", till_written=True))
             await _publish(broker, "q2/a", b"m", 2)
             if answer == "pubrel":
                 await _until(lambda: any(isinstance(p, Publish) for p in sub.inbox))
                 [publish] = sub.take()
                 assert isinstance(publish, Publish)
                 packet_id = publish.packet_id or 0
-                stack.enter_context(_record_looping_till_written(root, "sub"))
+                stack.enter_context(_record_looping(root, "sub", till_written=True))
             with caplog.at_level(logging.INFO, "boxmq.mqtt"):
                 if answer == "pubrel":
                     sub.send(Pubrec(packet_id))
@@ -4791,7 +4778,7 @@ def test_a_close_whose_record_cannot_be_looked_at_goes_on_as_this_servers(
         )
         assert isinstance(device.take()[0], Connack)
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-            with _record_looping_till_written(root, "dev"):
+            with _record_looping(root, "dev", till_written=True):
                 if how == "lost":
                     device.close()
                 else:
