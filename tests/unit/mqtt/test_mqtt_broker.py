@@ -1267,17 +1267,7 @@ def test_a_session_taken_over_sends_its_will_unless_a_delay_is_cancelled(
 
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
-        will = Will("will/w", b"gone", properties=Properties.build(will_delay_interval=delay))
-        old = Peer(broker)
-        old.send(
-            Connect(
-                "w",
-                V5,
-                clean_start=True,
-                will=will,
-                properties=Properties.build(session_expiry_interval=expiry),
-            )
-        )
+        old = _with_a_will(broker, "w", delay=delay, expiry=expiry)
         connect_peer(broker, "w", expiry=600, clean=clean)
         assert old.take()[-1] == Disconnect(ReasonCode.SESSION_TAKEN_OVER)
         await asyncio.sleep(0.1)
@@ -1391,8 +1381,9 @@ def _will_sent(watcher: Peer) -> list[bytes]:
     return [p.payload for p in watcher.take() if isinstance(p, Publish)]
 
 
-def _left_with_a_will(broker: Broker, client_id: str, *, delay: int, expiry: int) -> None:
-    """A persistent client with a delayed Will, gone without DISCONNECT."""
+def _with_a_will(broker: Broker, client_id: str, *, delay: int | None, expiry: int) -> Peer:
+    """A client connected (its CONNACK not taken) with a Will "gone" to will/`client_id`
+    delayed `delay` seconds, and a Session Expiry of `expiry`."""
     delayed = Properties.build(will_delay_interval=delay)
     will = Will(f"will/{client_id}", b"gone", properties=delayed)
     device = Peer(broker)
@@ -1405,6 +1396,12 @@ def _left_with_a_will(broker: Broker, client_id: str, *, delay: int, expiry: int
             properties=Properties.build(session_expiry_interval=expiry),
         )
     )
+    return device
+
+
+def _left_with_a_will(broker: Broker, client_id: str, *, delay: int, expiry: int) -> None:
+    """A persistent client with a delayed Will, gone without DISCONNECT."""
+    device = _with_a_will(broker, client_id, delay=delay, expiry=expiry)
     device.take()
     device.close()
 
@@ -4765,17 +4762,7 @@ def test_a_close_whose_record_cannot_be_looked_at_goes_on_as_this_servers(
 
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
-        will = Will("will/dev", b"gone", properties=Properties.build(will_delay_interval=30))
-        device = Peer(broker)
-        device.send(
-            Connect(
-                "dev",
-                V5,
-                clean_start=True,
-                will=will,
-                properties=Properties.build(session_expiry_interval=600),
-            )
-        )
+        device = _with_a_will(broker, "dev", delay=30, expiry=600)
         assert isinstance(device.take()[0], Connack)
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
             with _record_looping(root, "dev", till_written=True):
@@ -5274,17 +5261,7 @@ def test_a_will_sent_by_its_sessions_end_on_a_read_only_disk_leaves_the_end_to_t
 
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
-        will = Will("will/w", b"gone", properties=Properties.build(will_delay_interval=10))
-        device = Peer(broker)
-        device.send(
-            Connect(
-                "w",
-                V5,
-                clean_start=True,
-                will=will,
-                properties=Properties.build(session_expiry_interval=2),
-            )
-        )
+        device = _with_a_will(broker, "w", delay=10, expiry=2)
         device.send(Subscribe(1, (Subscription("k/#", 1),)))
         await asyncio.sleep(0.1)
         device.close()
