@@ -96,35 +96,6 @@ def test_a_clock_stepped_back_does_not_put_the_next_try_off_for_the_step(
     assert (record.will, record.will_due) == (None, None)
 
 
-def test_a_record_that_cannot_be_read_keeps_the_sent_will_for_the_next_try(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The retry (inside Broker.tick) read the record with no guard: a read failing with
-    anything but a missing file (EIO of a failing disk, the very case it is for) left the
-    tick and stopped the server (found by a second read). The record made a symlink to
-    itself (ELOOP) stands for it: the Will sent stays remembered for the next try, the
-    failure told once."""
-    root = str(tmp_path)
-    wills = _sent_on_a_full_disk(root, monkeypatch, now=0.0)
-    path = record_path(root, "c1")
-    os.rename(path, f"{path}.aside")
-    os.symlink(os.path.basename(path), path)
-    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-        for now in (1.0, 2.0, 3.0):
-            wills.retry(now=now)
-        told = logged(caplog, "client c1: its session record cannot be")
-        assert len(told) == 1, told
-        assert "ELOOP" in told[0], told
-        assert wills.already_sent(_AWAY)
-        os.unlink(path)
-        os.rename(f"{path}.aside", path)
-        wills.retry(now=4.0)
-    record = read_record(root, "c1")
-    assert record is not None
-    assert (record.will, record.will_due) == (None, None)
-    assert not wills.already_sent(_AWAY)
-
-
 @contextlib.contextmanager
 def _looping(root: str, client_id: str) -> Iterator[None]:
     """The client's record a symlink to itself, which every read refuses (ELOOP, as EIO of a
@@ -137,6 +108,31 @@ def _looping(root: str, client_id: str) -> Iterator[None]:
     finally:
         os.unlink(path)
         os.rename(f"{path}.aside", path)
+
+
+def test_a_record_that_cannot_be_read_keeps_the_sent_will_for_the_next_try(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retry (inside Broker.tick) read the record with no guard: a read failing with
+    anything but a missing file (EIO of a failing disk, the very case it is for) left the
+    tick and stopped the server (found by a second read). The record made a symlink to
+    itself (ELOOP) stands for it: the Will sent stays remembered for the next try, the
+    failure told once."""
+    root = str(tmp_path)
+    wills = _sent_on_a_full_disk(root, monkeypatch, now=0.0)
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        with _looping(root, "c1"):
+            for now in (1.0, 2.0, 3.0):
+                wills.retry(now=now)
+            told = logged(caplog, "client c1: its session record cannot be")
+            assert len(told) == 1, told
+            assert "ELOOP" in told[0], told
+            assert wills.already_sent(_AWAY)
+        wills.retry(now=4.0)
+    record = read_record(root, "c1")
+    assert record is not None
+    assert (record.will, record.will_due) == (None, None)
+    assert not wills.already_sent(_AWAY)
 
 
 def test_a_will_waiting_for_its_record_is_forgotten_with_its_clients_return(
