@@ -3821,13 +3821,13 @@ def test_the_count_of_reconnections_keeps_its_interval_across_a_step_the_broker_
         clock.advance(3605)
         broker.clock_stepped(3600)
         broker.tick(clock.now())
-        assert not [m for m in caplog.messages if "more time(s)" in m]
+        assert not logged(caplog, "more time(s)")
         clock.advance(5)
         broker.tick(clock.now())
 
     with caplog.at_level(logging.INFO, "boxmq.mqtt"):
         run_broker(tmp_path, test, clock)
-    assert [m.split(",")[0] for m in caplog.messages if "more time(s)" in m] == [
+    assert [m.split(",")[0] for m in logged(caplog, "more time(s)")] == [
         "client looper connected 2 more time(s) in the last 10s",
     ]
 
@@ -4479,7 +4479,7 @@ def test_a_qos2_publish_or_pubrel_whose_record_cannot_be_looked_at_is_a_disk_fai
                 await _until(lambda: any(isinstance(p, Disconnect) for p in sub.inbox))
             got = sub.take()
             assert got == [Disconnect(ReasonCode.UNSPECIFIED_ERROR)], got
-            told = [m for m in caplog.messages if "client sub: its session record cannot" in m]
+            told = logged(caplog, "client sub: its session record cannot")
             assert len(told) == 1, told
             assert "ELOOP" in told[0], told
         back = connect_peer(broker, "sub", expiry=600, clean=False)
@@ -4550,7 +4550,7 @@ def test_a_delayed_will_whose_record_cannot_be_read_at_its_time_waits_for_the_ne
             with _record_looping(root, "dev"):
                 for later in (0, 1, 2):
                     broker.tick(clock.now() + later)
-            told = [m for m in caplog.messages if "client dev: its session record cannot" in m]
+            told = logged(caplog, "client dev: its session record cannot")
             assert len(told) == 1, told
             assert "ELOOP" in told[0], told
         await asyncio.sleep(0.05)  # what a Will sent would have been by then
@@ -4613,7 +4613,7 @@ def test_a_session_end_whose_record_cannot_be_read_waits_for_the_next_try(
             with _record_looping(root, "away"):
                 for later in (10, 11, 12):
                     broker.tick(now + later)
-            told = [m for m in caplog.messages if "client away: its session record cannot" in m]
+            told = logged(caplog, "client away: its session record cannot")
             assert len(told) == 1, told
             assert "ELOOP" in told[0], told
             assert read_record(str(root), "away") is not None
@@ -4687,7 +4687,7 @@ def test_a_will_sent_whose_record_cannot_be_read_after_is_dropped_from_it_later(
             await _until(lambda: bool(watcher.inbox))
             await asyncio.sleep(0.1)  # the Will's end, after its write
             monkeypatch.undo()
-            told = [m for m in caplog.messages if "client dev: its session record cannot" in m]
+            told = logged(caplog, "client dev: its session record cannot")
             assert len(told) == 1, told
         assert _will_sent(watcher) == [b"gone"]
         clock.advance(1)
@@ -4771,7 +4771,7 @@ def test_a_close_whose_record_cannot_be_looked_at_goes_on_as_this_servers(
                 else:
                     device.send(Disconnect())
                     device.close()
-            told = [m for m in caplog.messages if "could not be read at its close" in m]
+            told = logged(caplog, "could not be read at its close")
             assert len(told) == 1, told
             assert "client dev:" in told[0], told
             assert "ELOOP" in told[0], told
@@ -4909,7 +4909,7 @@ def test_a_will_found_at_start_due_with_its_session_whose_record_cannot_be_read_
             broker.tick(now + 10)
             broker.tick(now + 11)
             monkeypatch.undo()
-        told = [m for m in caplog.messages if "client away:" in m]
+        told = logged(caplog, "client away:")
         assert len(told) == 1, told
         assert "its session's end waits for its Will" in told[0], told
         assert "EIO" in told[0], told
@@ -5044,7 +5044,7 @@ def test_a_record_unreadable_at_start_is_told_and_taken_on_once_it_reads(
         looping.enter_context(_record_looping(root, "unreadable"))
 
         async def test(broker: Broker) -> None:
-            told = [m for m in caplog.messages if "cannot be read" in m]
+            told = logged(caplog, "cannot be read")
             assert len(told) == 1, told
             assert "unreadable" in told[0], told
             assert "ELOOP" in told[0], told
@@ -5082,7 +5082,7 @@ def test_a_succession_file_unreadable_at_start_is_told_and_followed_once_it_read
     async def test(broker: Broker) -> None:
         for later in (0, 1, 2):
             broker.tick(clock.now() + later)
-        told = [m for m in caplog.messages if "client roamer" in m]
+        told = logged(caplog, "client roamer")
         assert len(told) == 1, told
         assert "succession file" in told[0], told
         assert "Is a directory" in told[0], told

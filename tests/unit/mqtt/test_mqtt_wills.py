@@ -168,6 +168,6 @@ def test_a_will_waiting_for_its_record_is_forgotten_with_its_clients_return(
         write_record(root, again)
         with _looping(root, "c1"):
             wills.resume(AwayAtStart(again, again), 1020.0)
-    told = [m for m in caplog.messages if "client c1: its session record cannot be read" in m]
+    told = logged(caplog, "client c1: its session record cannot be read")
     assert len(told) == 2, told
     assert published == []
