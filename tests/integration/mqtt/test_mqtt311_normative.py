@@ -302,6 +302,18 @@ def test_a_publish_to_a_topic_name_that_cannot_be_is_closed(
         assert nothing(watcher)
 
 
+def _acknowledged(sock: socket.socket, kind: int, body: bytes) -> tuple[str, bytes] | None:
+    """Answer a packet a subscriber read as its QoS says (a PUBLISH of QoS 1 with PUBACK, of
+    QoS 2 with PUBREC, a PUBREL with PUBCOMP): the PUBLISH's (topic, payload), None for a
+    PUBREL."""
+    if kind == 0x62:  # the PUBREL of a QoS 2 one
+        sock.sendall(packet(0x70, body))
+        return None
+    end = 2 + int.from_bytes(body[:2], "big")
+    sock.sendall(packet(0x40 if kind & 0x06 == 0x02 else 0x50, body[end : end + 2]))
+    return body[2:end].decode(), body[end + 2 :]
+
+
 def _publish_fields(sock: socket.socket) -> tuple[int, str, int, bytes]:
     """(first byte, topic, packet id, payload) of the next PUBLISH, a QoS 1 one."""
     kind, body = read(sock)
@@ -640,13 +652,9 @@ def test_acknowledgements_and_deliveries_keep_the_order_messages_came_in(
         ]
         got: dict[str, list[bytes]] = {"o/1": [], "o/2": []}
         while sum(map(len, got.values())) < 20:
-            kind, body = read(sub)
-            if kind == 0x62:  # the PUBREL of a QoS 2 one
-                sub.sendall(packet(0x70, body))
-                continue
-            end = 2 + int.from_bytes(body[:2], "big")
-            got[body[2:end].decode()].append(body[end + 2 :])
-            sub.sendall(packet(0x40 if kind & 0x06 == 0x02 else 0x50, body[end : end + 2]))
+            if (message := _acknowledged(sub, *read(sub))) is not None:
+                topic, payload = message
+                got[topic].append(payload)
         assert got == {
             "o/1": [str(n).encode() for n in range(2, 21, 2)],
             "o/2": [str(n).encode() for n in range(1, 21, 2)],
@@ -953,12 +961,8 @@ def test_subscribing_again_does_not_interrupt_the_flow(server: RunningServer) ->
             kind, body = read(sub)
             if kind == 0x90:
                 continue
-            if kind == 0x62:  # the PUBREL of a QoS 2 one
-                sub.sendall(packet(0x70, body))
-                continue
-            end = 2 + int.from_bytes(body[:2], "big")
-            sub.sendall(packet(0x40 if kind & 0x06 == 0x02 else 0x50, body[end : end + 2]))
-            got.append(int(body[end + 2 :]))
+            if (message := _acknowledged(sub, kind, body)) is not None:
+                got.append(int(message[1]))
         publisher.join()
         assert resubscribed == 20
         assert got == list(range(count))
