@@ -1540,6 +1540,16 @@ def test_a_will_delayed_past_its_session_goes_with_its_end_not_a_tick_before(
     run_broker(tmp_path, test, clock)
 
 
+def _away_with_a_will_due_at_its_end(root: Path, now: float) -> None:
+    """The record of "away", left at `now` by a dead server of this host: a Session Expiry
+    of 10 s and a Will to will/away delayed an hour, so due with the session's end."""
+    will = Will("will/away", b"gone", properties=Properties.build(will_delay_interval=3600))
+    record = SessionRecord(
+        "away", 10, disconnected_at=now, will=will, will_due=now + 10, counted_by=dead_token()
+    )
+    write_record(str(root), record)
+
+
 def test_a_will_found_at_start_due_with_its_session_goes_right_before_its_end(
     tmp_path: Path,
 ) -> None:
@@ -1549,11 +1559,7 @@ def test_a_will_found_at_start_due_with_its_session_goes_right_before_its_end(
     root = tmp_path / "root"
     clock = ManualClock(time.time())
     now = clock.now()
-    will = Will("will/away", b"gone", properties=Properties.build(will_delay_interval=3600))
-    record = SessionRecord(
-        "away", 10, disconnected_at=now, will=will, will_due=now + 10, counted_by=dead_token()
-    )
-    write_record(str(root), record)
+    _away_with_a_will_due_at_its_end(root, now)
 
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
@@ -4893,11 +4899,7 @@ def test_a_will_found_at_start_due_with_its_session_whose_record_cannot_be_read_
     root = tmp_path / "root"
     clock = ManualClock(time.time())
     now = clock.now()
-    will = Will("will/away", b"gone", properties=Properties.build(will_delay_interval=3600))
-    record = SessionRecord(
-        "away", 10, disconnected_at=now, will=will, will_due=now + 10, counted_by=dead_token()
-    )
-    write_record(str(root), record)
+    _away_with_a_will_due_at_its_end(root, now)
 
     def failing(root: str, client_id: str) -> SessionRecord | None:
         raise OSError(errno.EIO, "Input/output error")
