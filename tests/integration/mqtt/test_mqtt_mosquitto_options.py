@@ -19,9 +19,8 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import pytest
 from harness.ports import free_port
 from harness.stopping import stop
 from tests.integration.mqtt.clients import boxmq_cli_ok, mosquitto_tools, serving_fresh
+from tests.waiting import until
 
 MOSQUITTO = "/usr/sbin/mosquitto"  # Debian's
 
@@ -397,15 +397,14 @@ def _needs_mosquitto() -> None:
 
 def _listening(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
     """Returns once mosquitto accepts connections on `port`; fails if it exits first."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def accepts() -> bool:
         assert process.poll() is None, f"mosquitto exited at start: {log.read_text()}"
-        try:
-            socket.create_connection(("127.0.0.1", port), 1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, "mosquitto did not listen within 30 s"
-            time.sleep(0.05)
+        with suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return True
+        return False
+
+    until(accepts, "mosquitto did not listen within 30 s", within=30)
 
 
 @contextmanager
