@@ -4293,6 +4293,11 @@ def test_offline_persistent_sessions_hold_no_watcher_and_are_not_swept(tmp_path:
     run_broker(tmp_path, test)
 
 
+def _read_failing(root: str, client_id: str) -> SessionRecord | None:
+    """A read_record of a failing disk (EIO), for a monkeypatch of a module's reader."""
+    raise OSError(errno.EIO, "Input/output error")
+
+
 @contextlib.contextmanager
 def _record_looping(root: Path, client_id: str, *, till_written: bool = False) -> Iterator[None]:
     """The client's record file made a symlink to itself, which every stat and read of it
@@ -4511,14 +4516,11 @@ def test_a_clean_start_whose_will_record_cannot_be_read_is_refused_and_keeps_the
     not ended, and the Will keeps its time."""
     clock = ManualClock(time.time())
 
-    def failing(root: str, client_id: str) -> SessionRecord | None:
-        raise OSError(errno.EIO, "Input/output error")
-
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
         _left_with_a_will(broker, "dev", delay=30, expiry=600)
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-            monkeypatch.setattr(wills_module, "read_record", failing)
+            monkeypatch.setattr(wills_module, "read_record", _read_failing)
             again, refused = _connack(broker, "dev", session_expiry_interval=600)
             monkeypatch.undo()
         assert refused.reason is ReasonCode.UNSPECIFIED_ERROR
@@ -4576,14 +4578,11 @@ def test_a_will_due_with_its_session_whose_record_cannot_be_read_puts_the_end_of
     waits a second, with the Will, rather than end the session without it."""
     clock = ManualClock(time.time())
 
-    def failing(root: str, client_id: str) -> SessionRecord | None:
-        raise OSError(errno.EIO, "Input/output error")
-
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
         _left_with_a_will(broker, "dev", delay=3600, expiry=10)
         clock.advance(10)
-        monkeypatch.setattr(wills_module, "read_record", failing)
+        monkeypatch.setattr(wills_module, "read_record", _read_failing)
         broker.tick(clock.now())
         monkeypatch.undo()
         await asyncio.sleep(0.05)  # what a Will sent would have been by then
@@ -4647,12 +4646,9 @@ def test_a_refused_clean_start_leaves_another_servers_will_to_it(
     )
     write_record(str(root), record)
 
-    def failing(root: str, client_id: str) -> SessionRecord | None:
-        raise OSError(errno.EIO, "Input/output error")
-
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
-        monkeypatch.setattr(wills_module, "read_record", failing)
+        monkeypatch.setattr(wills_module, "read_record", _read_failing)
         _, refused = _connack(broker, "dev", session_expiry_interval=600)
         monkeypatch.undo()
         assert refused.reason is ReasonCode.UNSPECIFIED_ERROR
@@ -4676,9 +4672,6 @@ def test_a_will_sent_whose_record_cannot_be_read_after_is_dropped_from_it_later(
     clock = ManualClock(time.time())
     root = str(tmp_path / "root")
 
-    def failing(root: str, client_id: str) -> SessionRecord | None:
-        raise OSError(errno.EIO, "Input/output error")
-
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
         device = Peer(broker)
@@ -4688,7 +4681,7 @@ def test_a_will_sent_whose_record_cannot_be_read_after_is_dropped_from_it_later(
         )
         device.take()
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-            monkeypatch.setattr(wills_module, "read_record", failing)
+            monkeypatch.setattr(wills_module, "read_record", _read_failing)
             device.close()
             await _until(lambda: bool(watcher.inbox))
             await asyncio.sleep(0.1)  # the Will's end, after its write
@@ -4901,13 +4894,10 @@ def test_a_will_found_at_start_due_with_its_session_whose_record_cannot_be_read_
     now = clock.now()
     _away_with_a_will_due_at_its_end(root, now)
 
-    def failing(root: str, client_id: str) -> SessionRecord | None:
-        raise OSError(errno.EIO, "Input/output error")
-
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-            monkeypatch.setattr(wills_module, "read_record", failing)
+            monkeypatch.setattr(wills_module, "read_record", _read_failing)
             broker.tick(now + 10)
             broker.tick(now + 11)
             monkeypatch.undo()
