@@ -115,11 +115,16 @@ def test_a_member_that_unsubscribed_and_ends_without_settling_gives_it_to_the_ot
         client.stop()
 
 
-def _settling(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    """The broker's lines on settling a message: not any line with the word, which the
-    test's path (test_settling_...) carries wherever the root logger lets INFO through
-    (pytest --log-level=INFO)."""
-    return [r for r in caplog.records if r.getMessage().startswith("client leaving: settling")]
+def _three_settled(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The broker's lines on settling a message, once there are three (it logs them in its
+    own thread): not any line with the word, which the test's path (test_settling_...)
+    carries wherever the root logger lets INFO through (pytest --log-level=INFO)."""
+
+    def settling() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage().startswith("client leaving: settling")]
+
+    until(lambda: len(settling()) >= 3, lambda: caplog.messages)
+    return settling()
 
 
 @pytest.mark.parametrize("qos", [1, 2])
@@ -146,8 +151,7 @@ def test_settling_what_a_left_subscription_sent_is_no_warning(
                 assert read(leaving)[0] == 0x62  # PUBREL: the exchange goes on
         publisher.publish("orders/late", b"after", qos)  # not the subscription's any more
         assert publishes(leaving, within=0.5) == []
-        until(lambda: len(_settling(caplog)) >= 3, lambda: caplog.messages)
-        settled = _settling(caplog)
+        settled = _three_settled(caplog)
     assert [r.levelno for r in settled] == [logging.DEBUG] * 3, [r.getMessage() for r in settled]
     assert all("of a subscription it left" in r.getMessage() for r in settled)
     leaving.close()
@@ -232,8 +236,7 @@ def test_settling_what_a_left_subscription_sent_is_no_warning_once_subscribed_ag
         if qos == 2:
             for _ in sent:
                 assert read(leaving)[0] == 0x62  # PUBREL: the exchange goes on
-        until(lambda: len(_settling(caplog)) >= 3, lambda: caplog.messages)
-        settled = _settling(caplog)
+        settled = _three_settled(caplog)
         publisher.publish("orders/late", b"after", qos)  # the new subscription's
         assert [m.payload for m in take_publishes(leaving, 1)] == [b"after"]
     assert [r.levelno for r in settled] == [logging.DEBUG] * 3, [r.getMessage() for r in settled]
