@@ -100,10 +100,8 @@ class QueueComponent(ComponentXMPP):
             self.service.message(xml)
             self._poll_soon()
         elif tag == _PRESENCE and kind == "unavailable":  # XEP-0254 §4: gone
-            jid = xml.get("from", "")
-            if "/" in jid:
-                self.service.gone(jid)
-                self._poll_soon()
+            self.service.gone(xml.get("from", ""))
+            self._poll_soon()
         elif tag != _PRESENCE:
             super()._spawn_event(xml)
 

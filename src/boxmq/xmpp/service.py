@@ -227,7 +227,10 @@ class QueueService:
 
     def gone(self, jid: str) -> None:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe.
-        `jid` as the stanza's `from` wrote it: compared in the form its requests were (jids.py)."""
+        `jid` as the stanza's `from` wrote it: compared in the form its requests were (jids.py).
+        Only a full JID is gone: one without a resource is an account, not a session."""
+        if "/" not in jid:
+            return
         jid = normal(jid) or jid
         # What an unsubscribe gave back stays answered (_given_back_at_unsubscribe): a
         # subscriber that lost its stream between the unsubscribe and its unlocks sends them
@@ -245,9 +248,7 @@ class QueueService:
         answered. Any other is urn:xmpp:qos's at-most-once level, put on the node its address
         names as an <acknowledged/> one is (_put_on_node), and answered only if refused."""
         if element.get("type") == "error":
-            jid = element.get("from", "")
-            if "/" in jid:
-                self.gone(jid)
+            self.gone(element.get("from", ""))
             return
         message = parse_message(element)
         try:

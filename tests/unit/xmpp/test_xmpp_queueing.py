@@ -506,6 +506,16 @@ def test_unavailable_presence_unlocks_and_unsubscribes(wire: Wire, box: boxmq.Bo
     assert condition(reply) == ("cancel", "unexpected-request")
 
 
+def test_a_bare_jid_going_is_no_session_ending(wire: Wire, box: boxmq.Box) -> None:
+    # XEP-0254 §4 ends a subscriber's full JID; unavailable presence or a bounce from an
+    # address without a resource (an account, not a session) ends nothing, whoever calls
+    wire.subscribe("alice@localhost", 1)
+    item = wire.publish()
+    assert wire.events() == [("alice@localhost", "item", item)]
+    wire.service.gone("alice@localhost")
+    assert box.queue("jobs").counts().locked == 1
+
+
 def test_unavailable_presence_unlocks_what_it_held_on_every_node(
     wire: Wire, box: boxmq.Box
 ) -> None:
