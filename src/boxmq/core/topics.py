@@ -87,10 +87,10 @@ def about_sys(name: str) -> bool:
 
 
 def sys_unserved(subscription: str) -> str:
-    """Why a subscription under `$SYS` made through the root (the Python API, the CLI) gets
-    none of the server's figures, and where they are: one wording for each that warns
-    (client/box.py, cli_parser.py). Not refused: what an MQTT client an ACL lets publish
-    under `$SYS` sends is stored, and reaches it. `subscription`: how the sentence names it."""
+    """Why a subscription under `$SYS` made other than over MQTT (the Python API, the CLI, an
+    XMPP topic node) gets none of the server's figures, and where they are: the one wording
+    of every warning of it. Not refused: what an MQTT client an ACL lets publish under
+    `$SYS` sends is stored, and reaches it. `subscription`: how the sentence names it."""
     return (
         "under $SYS, the MQTT server's own topics: each boxmq serve publishes its figures "
         f"there from memory, to its MQTT clients only, so {subscription} gets none of them "
