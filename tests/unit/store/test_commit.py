@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from boxmq.errors import Closed
 from boxmq.store import commit
@@ -514,3 +516,19 @@ def test_an_interrupted_callback_strands_nobody(
     assert uncaught == [raised]
     assert sorted(os.listdir(tmp_path / "target")) == ["a10", "a20", "x0"]
     committer.close()
+
+
+# Paths of a few parts, empty ones among them: doubled separators, a root, no separator at all.
+_PATHS = st.lists(st.sampled_from(["", "a", "target", "m.1"]), min_size=1, max_size=5).map("/".join)
+_MOVES = st.builds(
+    Move,
+    source=st.just("/w/spare"),
+    target=st.one_of(st.none(), _PATHS),
+    also=st.lists(_PATHS, max_size=3).map(tuple),
+)
+
+
+@given(st.lists(_MOVES, max_size=6))
+def test_the_folders_a_group_flushes_are_those_its_moves_wrote_into(moves: list[Move]) -> None:
+    # _folders_of reads most folders off their paths without posixpath.dirname: the same.
+    assert commit._folders_of(moves) == set[str]().union(*(m.directories() for m in moves))
