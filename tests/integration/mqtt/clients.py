@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import queue
 import shutil
@@ -94,13 +95,10 @@ def start_server(
     kept open for writing, which a remount read-only refuses, EBUSY); `exactly_once`:
     boxmq.open's too (trusted_sources); `keep_processed`:
     boxmq.open's (False: acks delete, as `boxmq serve` does by default)."""
-    settings = settings or MqttSettings()
-    settings = MqttSettings(
-        listeners=(Listener("127.0.0.1", 0),),
-        limits=settings.limits,
-        authenticator=settings.authenticator,
-        authorizer=settings.authorizer,
-        sys_interval=settings.sys_interval,
+    # Only the listeners replaced: rebuilt field by field, a setting not copied (its
+    # response_information was not) was dropped without a word.
+    settings = dataclasses.replace(
+        settings or MqttSettings(), listeners=(Listener("127.0.0.1", 0),)
     )
     box = boxmq.open(
         root,

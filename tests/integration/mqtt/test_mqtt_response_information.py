@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.mqtt.clients import paho, paho_properties, serving_fresh
+from tests.integration.mqtt.clients import paho, paho_properties, serving_fresh, start_server
+
+from boxmq.mqtt.settings import MqttSettings
 
 
 def test_a_client_that_asks_learns_its_response_topic_and_gets_its_answer(
@@ -39,3 +41,13 @@ def test_a_client_that_asks_learns_its_response_topic_and_gets_its_answer(
         assert reply.properties.CorrelationData == b"req-1"
         for client in (asker, quiet, responder):
             client.stop()
+
+
+def test_start_server_keeps_every_setting_it_is_given(tmp_path: Path) -> None:
+    # start_server copied MqttSettings field by field but response_information, so a test
+    # that gave it one met a server that told its clients nothing.
+    settings = MqttSettings(response_information="reply/%c/")
+    with start_server(tmp_path / "root", settings) as running:
+        asker = paho(running, "asker", connect_properties={"RequestResponseInformation": 1})
+        assert asker.connack_properties.ResponseInformation == "reply/asker/"
+        asker.stop()
