@@ -1105,11 +1105,17 @@ def role_parser(
 
 
 def main() -> int:
+    # Every process of the run, and the checks, use this checkout's boxmq: put first before
+    # the first import of it (its fsync words), which the later ones would reuse.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
+    sys.path.insert(0, SRC)
+    from boxmq.store.commit import FsyncPolicy
+
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("run")
     c.add_argument("--seed", type=int, default=1)
-    c.add_argument("--fsync", default="always")
+    c.add_argument("--fsync", default="always", choices=FsyncPolicy.words())
     c.add_argument("--seconds", type=float, default=75)
     c.add_argument("--dir")
     c.add_argument("--kill-min", type=float, help="0.5 s (--mixed: 2 s)")
@@ -1134,9 +1140,6 @@ def main() -> int:
     if a.cmd == "role":
         ROLES[a.role](a)
         return 0
-    # Every process of the run, and the checks, use this checkout's boxmq.
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
-    sys.path.insert(0, SRC)
     # --mixed kills serve one time in two, and a restarted serve takes about a second.
     least, most = (2.0, 5.0) if a.mixed else (0.5, 3.0)
     a.kill_min = least if a.kill_min is None else a.kill_min

@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from boxmq.store.commit import FsyncPolicy
 from mqtt_wire import (
     connect5,
     packet,
@@ -214,7 +215,7 @@ def main() -> None:
     parser.add_argument("--filters", default="distinct,overlap")
     parser.add_argument("--brokers", default="boxmq,mosquitto")
     parser.add_argument("--sessions", default="clean")
-    parser.add_argument("--fsync", default="always")
+    parser.add_argument("--fsync", default="always", choices=FsyncPolicy.words())
     parser.add_argument("--budget", type=float, default=300.0, help="seconds per phase")
     args = parser.parse_args()
     results = []

@@ -26,6 +26,7 @@ import random
 import time
 from dataclasses import dataclass
 
+from boxmq.store.commit import FsyncPolicy
 from mqtt_wire import connect5, packet, puback_for, publish5, publish_until, read_packet, string
 from processes import broker_running, cpu_seconds
 
@@ -162,7 +163,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000, help="K per QoS")
     parser.add_argument("--brokers", default="boxmq,mosquitto")
     parser.add_argument("--sessions", default="persistent,clean")
-    parser.add_argument("--fsync", default="always")
+    parser.add_argument("--fsync", default="always", choices=FsyncPolicy.words())
     parser.add_argument("--budget", type=float, default=300.0, help="seconds per phase")
     parser.add_argument(
         "--beside", type=float, default=50.0, help="msg/s published while they subscribe"
