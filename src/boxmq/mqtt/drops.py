@@ -3,8 +3,9 @@
 A subscriber that stopped reading while a publisher floods can lose thousands of messages a
 second; one log line each would flood the log in turn. So the first drop for a client is told
 at once, and the drops after it are counted and told as one line per client per `interval`
-("N more dropped in the last 10 s"), for as long as they go on. An interval without a drop
-ends the run: the next drop is a first again.
+("client c1: queue full, N more message(s) dropped in the last 10s", as delivery.py writes
+it), for as long as they go on. An interval without a drop ends the run: the next drop is a
+first again.
 
 The same counts serve failed TLS handshakes and sockets closed for a protocol error
 (server.py), and refused CONNECTs (connect_answers.py), keyed by client host and reason in
