@@ -52,3 +52,18 @@ def test_an_mqtt_subscribe_gets_the_others_and_the_server_goes_on(tmp_path: Path
     ]
     assert len(told) == 1, told  # once, not at each look nor each sweep
     assert "WARNING" in told[0]
+
+
+def test_a_retained_publish_to_its_topic_names_the_topic_and_the_directory(
+    tmp_path: Path,
+) -> None:
+    # The refusal named the temporary file the publish wrote (.retained/.tmp-...), which the
+    # user neither made nor can remove the cause with.
+    blocked = _retained_with_a_directory(tmp_path)
+    done = boxmq_cli(tmp_path, "publish", "--retain", BLOCKED, "off")
+    assert done.returncode != 0
+    assert BLOCKED in done.stderr, done.stderr
+    assert str(blocked) in done.stderr, done.stderr
+    assert ".tmp-" not in done.stderr, done.stderr
+    assert "remove it" in done.stderr, done.stderr
+    assert not [p.name for p in blocked.parent.iterdir() if p.name.startswith(".tmp-")]

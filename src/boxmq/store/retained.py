@@ -94,6 +94,7 @@ class RetainedHeader:
 class Staged:
     """A retained message written but not yet in place (`RetainedStore.stage`)."""
 
+    topic: str
     path: str  # the topic's retained file
     # The new one, beside it (empty: a tombstone, the topic's is deleted); None: the topic's
     # is to be deleted, no tombstone.
@@ -119,6 +120,18 @@ class Marked:
     recorded: bool
     version: Version | None = None
     superseded: bool = False
+
+
+def _a_directory(staged: Staged, error: IsADirectoryError) -> IsADirectoryError:
+    """The refusal of a retained publish whose topic's file is a directory (made by hand, see
+    `RetainedStore._not_a_file`): the rename's error named the temporary file written
+    beside it first, which the user neither made nor can act on."""
+    return IsADirectoryError(
+        error.errno,
+        f"the retained message of topic {staged.topic!r} cannot be written: a directory is "
+        "at its file's name; remove it",
+        staged.path,
+    )
 
 
 class RetainedStore:
@@ -163,13 +176,13 @@ class RetainedStore:
             # before its marker, and which it leaves after its retained replacement) can
             # have a restart replace a retained message: a marker there at the first look
             # whose message is gone at the second was finished before this delete.
-            return Staged(self._path(topic), None)
+            return Staged(topic, self._path(topic), None)
         os.makedirs(self._dir, exist_ok=True)
         temporary = temporary_in(self._dir)
         try:
             if not body:  # a tombstone: nothing to write, so 2 system calls, not 6
                 os.close(os.open(temporary, _CREATE, 0o666))
-                return Staged(self._path(topic), temporary)
+                return Staged(topic, self._path(topic), temporary)
             fields = {"topic": topic, "name": name}
             if properties_file is not None:
                 fields[PROPERTIES_SIDE_FILE] = properties_file
@@ -181,13 +194,21 @@ class RetainedStore:
             if error.filename is None:  # a write or a close names no file: this one
                 raise naming(error, temporary) from error
             raise
-        return Staged(self._path(topic), temporary)
+        return Staged(topic, self._path(topic), temporary)
 
     def replace(self, staged: Staged) -> None:
         """Make the staged message the topic's retained one (a tombstone, or none, deletes
         it, as durably as a replacement: a topic with none gets the tombstone too, which
         tells a restart that a delete came, see `written_since`). A failure leaves the
-        staged file where it is, for `discard`, which tells whether it went in place."""
+        staged file where it is, for `discard`, which tells whether it went in place. A
+        directory at the topic's file raises an IsADirectoryError naming the topic and the
+        directory (`_a_directory`)."""
+        try:
+            self._put_in_place(staged)
+        except IsADirectoryError as error:
+            raise _a_directory(staged, error) from error
+
+    def _put_in_place(self, staged: Staged) -> None:
         if staged.temporary is None:
             try:
                 os.unlink(staged.path)
