@@ -43,7 +43,14 @@ from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter, validate_topic
 from boxmq.core.queue import check_consumer_limits
 from boxmq.core.topics import refuse_sys
-from boxmq.errors import InvalidArgument, InvalidName, QueueNotFound, check_flag, store_failure
+from boxmq.errors import (
+    Closed,
+    InvalidArgument,
+    InvalidName,
+    QueueNotFound,
+    check_flag,
+    store_failure,
+)
 from boxmq.ids import IdFactory
 from boxmq.model import QOS, RETAINED, ConsumerId, Envelope, PropertyType
 from boxmq.store import topics as layout
@@ -219,7 +226,11 @@ class Topics(Publisher):
         owner = self._token if ends_with_process and not parsed.shared else ""
         token = None if process_bound else ""
         # Registered, opened and attached in one step of its dropbox (see __init__).
-        with self._joining(self._path_of(parsed, name)):
+        path = self._path_of(parsed, name)
+        with self._joining(path):
+            # Whether this subscribe makes the subscription (a group: the group), read under
+            # the hold, for a close that races it (below) to take back.
+            new = not layout.has_record(path)
             if not parsed.shared and send_retained:
                 with self._retained_lock.exclusive():  # see its comment in Publisher.__init__
                     dropbox, made = self._registered(subscription, token=token, owner=owner)
@@ -230,9 +241,17 @@ class Topics(Publisher):
                             self._unregister(dropbox.path, None, made=True)
                         raise
             else:
-                dropbox, _ = self._registered(subscription, token=token, owner=owner)
-            path = dropbox.path
-            live = self._live_for(dropbox, parsed.share_group, str(parsed))
+                dropbox, made = self._registered(subscription, token=token, owner=owner)
+            try:
+                live = self._live_for(dropbox, parsed.share_group, str(parsed))
+            except Closed:
+                # The box closed since the check above, after the records were written: the
+                # caller told Closed, they stayed, a subscription (or a member) collecting
+                # for a subscriber that was never given it. Taken back as a refused disk's
+                # step is; a close after this returns a whole one, whose receive says Closed.
+                joined = name if parsed.shared and made else None
+                self._unregister(path, joined, made=new)
+                raise
             if live.attached(name):  # said here: attach's own names a consumer and a folder
                 raise InvalidArgument(
                     f"subscriber {subscriber!r} has {filter!r} open in this Box already: "
