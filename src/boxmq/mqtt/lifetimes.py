@@ -821,8 +821,7 @@ class Lifetimes:
         if not away.still_away(record):
             self._unread_ends.discard(client_id)
             return
-        if not self._will_first(client_id, end):
-            return
+        self._will_first(client_id, record)
         log.info("client %s: session expired (it was on disk at start)", client_id)
         self.forget_on_disk(client_id, record)
 
@@ -849,24 +848,18 @@ class Lifetimes:
                 # or one took it on from a broker that died and counts it.
                 self.let_go(session)
                 return
-            if not self._will_first(client_id, expire):
-                return
+            self._will_first(client_id, record)
             log.info("client %s: session expired", client_id)
             self.end(session)
 
         self._end_at(client_id, self._clock.now() + session.expiry, expire)
 
-    def _will_first(self, client_id: str, end: Callable[[], None]) -> bool:
+    def _will_first(self, client_id: str, record: SessionRecord | None) -> None:
         """Before the session's end on time: its Will waiting for it (due with it) goes
-        first, right before it (Wills.send_early). False if the Will's record cannot be read
-        now (EIO): the Will and the end wait a second more, for the next try."""
-        try:
-            self._wills.send_early(client_id)
-        except OSError as error:
-            self._end_waits(client_id, end, "its session's end waits for its Will", error)
-            return False
+        first, right before it (Wills.send_early), judged by the `record` the end read (read
+        again there, a record that changed meanwhile had the two decide apart)."""
+        self._wills.send_early(client_id, lambda: record)
         self._unread_ends.discard(client_id)  # read at last, if it was not: told again
-        return True
 
     def _read_at_end(
         self, client_id: str, end: Callable[[], None]

@@ -72,9 +72,32 @@ sends it if known, whose disk work goes first, what to run once its disk work en
 publishing.py's."""
 
 
-Send = Callable[[bool], None]
+Read = Callable[[], SessionRecord | None]
+"""The record of a Will's client as it is now: read from the disk, or the one the session's
+end has just read (`send_early`)."""
+
+Send = Callable[[bool, Read], None]
 """What sends a delayed Will: (`early`: run by `send_early`, the session ending now, not on
-the Will's time) -> None; raises the OSError of a record it cannot read only if `early`."""
+the Will's time; its record now) -> None; raises the OSError of a record it cannot read only
+if `early`."""
+
+WrittenIfDue = Callable[[SessionRecord | None], WillWritten | None]
+"""Whether a Will due still goes out, given its record now: what runs once it is written,
+or None if not (its client came back, or it was sent already)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    """A Will waiting for its time (or due now), and how its record, read then, says
+    whether it still goes: one sender (`Wills._send`) for a close's Will and one found at
+    start, which were two near-copies."""
+
+    client_id: str
+    username: str | None
+    will: Will
+    behind: Client | None  # the connection whose end left it, whose disk work goes first
+    written_if_due: WrittenIfDue
+    came_back: Callable[[], bool]  # its client is here again: cancelled without a read
 
 
 def _nothing(_: BaseException | None) -> None:
@@ -230,22 +253,27 @@ class Wills:
         self._sent = SentWills(root)  # sent from records that still hold them
         # Client id -> when its Will was due, for a Will this broker sent whose own write the
         # disk refused, so that its record keeps it for a restart (`_sent_from`): sent
-        # here already, it is not sent again from that record (`_send_if_still_away`).
+        # here already, it is not sent again from that record (`_found`).
         self._kept: dict[str, float | None] = {}
         # A Will sent at once from a record (a persistent session's close): what waits for its
         # write to end (`when_written`), per client id, for the latest one.
         self._writing: dict[str, list[Callable[[], None]]] = {}
 
-    def send_early(self, client_id: str) -> None:
+    def send_early(self, client_id: str, ending: Read | None = None) -> None:
         """The session ends now (a clean start, or its end on time: Lifetimes): its delayed
-        Will, if any, goes out now, before the end (a Will due with it waits for this). A
-        record that cannot be read now (EIO), which says whether its client came back
-        elsewhere, raises its OSError, the Will left waiting as it was: the caller does not
-        end the session yet (raised from within the Will, its timer was forgotten first, and
-        the Will never sent)."""
+        Will, if any, goes out now, before the end (a Will due with it waits for this).
+        `ending`: the record the end has just read, which the Will goes by (read twice, the
+        end and its Will could judge two records); else it is read now. A record that cannot
+        be read now (EIO), which says whether its client came back elsewhere, raises its
+        OSError, the Will left waiting as it was: the caller does not end the session yet
+        (raised from within the Will, its timer was forgotten first, and the Will never
+        sent)."""
         send = self._sends.get(client_id)
         if send is not None:
-            send(True)
+            send(True, self._reader(client_id) if ending is None else ending)
+
+    def _reader(self, client_id: str) -> Read:
+        return functools.partial(read_record, self._root, client_id)
 
     def clock_stepped(self, by: float) -> None:
         """The wall clock was stepped `by` seconds (Broker.clock_stepped): the delays under
@@ -274,42 +302,58 @@ class Wills:
         # (another server's on this root, or ours before NTP stepped it back) sent it that
         # lead late (an hour for a delay of 10 s).
         wait = due - now if left_at is None else min(due - now, due - left_at)
+        client_id = away.counted.client_id
+        send = functools.partial(self._send, self._found(away))
         if wait <= 0:
-            self._send_if_still_away(away, early=False)
+            send(False, self._reader(client_id))
         else:
-            send = functools.partial(self._send_if_still_away, away)
-            self._delay(away.counted.client_id, now + wait, send, with_end=with_end)
+            self._delay(client_id, now + wait, send, with_end=with_end)
 
-    def _send_if_still_away(self, away: AwayAtStart, early: bool) -> None:
+    def _found(self, away: AwayAtStart) -> _Due:
         """A Will found on disk at start, unless its client came back (here, or to another
         broker on this root: its record changed), which cancels it (MQTT 5.0 §3.1.3.2.2)."""
         scheduled = away.counted
         client_id, will = scheduled.client_id, scheduled.will
         assert will is not None
-        if client_id in self._sessions or client_id in self._writing:
+
+        def written_if_due(current: SessionRecord | None) -> WillWritten | None:
+            if (
+                not away.will_unsent(current)
+                or self._sent.already_sent(scheduled)  # its record could not say so
+                or self._sent_here(scheduled)  # its own write refused
+            ):
+                return None
+            # Its record drops it once it is written: a SIGKILL before then sends it again at
+            # the restart (at least once), where dropped first it was lost. So does its
+            # client's return meanwhile: its CONNECT's record waits for that write
+            # (`when_written`).
+            sent = functools.partial(self._sent_from, scheduled, away.will_unsent)
+            return self._waited_for(client_id, sent)
+
+        def came_back() -> bool:  # here; or sent already (resumed twice)
+            return client_id in self._sessions or client_id in self._writing
+
+        return _Due(client_id, scheduled.username, will, None, written_if_due, came_back)
+
+    def _send(self, due: _Due, early: bool, read: Read) -> None:
+        """Send a delayed Will, if its record, read now (whether its client came back
+        elsewhere), says it is still due."""
+        client_id = due.client_id
+        if due.came_back():
             self._untimed(client_id)
-            return  # its client came back here; or sent already (resumed twice)
+            return
         try:
-            current = read_record(self._root, client_id)
+            current = read()
         except OSError as error:  # raised, it left Broker.tick and stopped the server
             if early:
                 raise  # send_early's caller's
-            self._not_read(client_id, functools.partial(self._send_if_still_away, away), error)
+            self._not_read(client_id, functools.partial(self._send, due), error)
             return
         self.forget_timer(client_id)  # and that its read was refused, if it was
-        if (
-            not away.will_unsent(current)
-            or self._sent.already_sent(scheduled)  # its record could not say so
-            or self._sent_here(scheduled)  # its own write refused
-        ):
+        written = due.written_if_due(current)
+        if written is None:
             return
-        # Its record drops it once it is written: a SIGKILL before then sends it again at
-        # the restart (at least once), where dropped first it was lost. So does its client's
-        # return meanwhile: its CONNECT's record waits for that write (`when_written`).
-        sent = functools.partial(self._sent_from, scheduled, away.will_unsent)
-        self._publish_will(
-            client_id, scheduled.username, will, None, self._waited_for(client_id, sent)
-        )
+        self._publish_will(client_id, due.username, due.will, due.behind, written)
         self._flush()
 
     def _not_read(self, client_id: str, send: Send, error: OSError) -> None:
@@ -387,29 +431,21 @@ class Wills:
         due = recorded.will_due
         assert due is not None
 
-        def send(early: bool) -> None:
-            try:
-                record = read_record(self._root, client_id)
-            except OSError as error:  # raised, it left Broker.tick and stopped the server
-                if early:
-                    raise  # send_early's caller's
-                self._not_read(client_id, send, error)
-                return
-            self.forget_timer(client_id)  # and that its read was refused, if it was
+        def written_if_due(record: SessionRecord | None) -> WillWritten | None:
             ours = record is not None and record.holder is None and record.will_due == due
             if record is None or (not ours and record.holder != self._token):
                 # Its client came back to another broker on this root (or left it again), or
                 # started clean there, which ended the session and sent this Will.
-                return
+                return None
             if ours:
                 assert record is not None
                 sent = record
-                written = functools.partial(self._sent_from, sent, lambda now: now == sent)
-            else:  # the record of its close was refused, and is tried again (recording.py)
-                written = functools.partial(self._sent_unrecorded, client_id, due)
-            self._publish_will(client_id, username, will, behind, written)
-            self._flush()
+                return functools.partial(self._sent_from, sent, lambda now: now == sent)
+            # The record of its close was refused, and is tried again (recording.py).
+            return functools.partial(self._sent_unrecorded, client_id, due)
 
+        left = _Due(client_id, username, will, behind, written_if_due, lambda: False)
+        send = functools.partial(self._send, left)
         self._delay(client_id, due, send, with_end=delay == session.expiry)
 
     def _sent_unrecorded(self, client_id: str, due: float, failure: BaseException | None) -> None:
@@ -454,7 +490,7 @@ class Wills:
         if with_end:
             self._due.discard(client_id)
         else:
-            self._due.set(client_id, due, functools.partial(send, False))
+            self._due.set(client_id, due, functools.partial(send, False, self._reader(client_id)))
 
     def forget_timer(self, client_id: str) -> None:
         """No timer for the client's Will any more (it fired, went out early, or was

@@ -35,6 +35,7 @@ from boxmq.clock import ManualClock, SystemClock
 from boxmq.core import ExactlyOnceLimits
 from boxmq.model import PROPERTIES_FILE, MessageId
 from boxmq.mqtt import batches, recording
+from boxmq.mqtt import lifetimes as lifetimes_module
 from boxmq.mqtt import wills as wills_module
 from boxmq.mqtt.acl import Acl
 from boxmq.mqtt.broker import Broker
@@ -4574,15 +4575,16 @@ def test_a_will_due_with_its_session_whose_record_cannot_be_read_puts_the_end_of
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Will due with its session's end is sent by that end, right before it
-    (Wills.send_early). Its record failing to read there (EIO of a failing disk), the end
-    waits a second, with the Will, rather than end the session without it."""
+    (Wills.send_early), judged by the record the end read. That read failing (EIO of a
+    failing disk), the end waits a second, with the Will, rather than end the session
+    without it."""
     clock = ManualClock(time.time())
 
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
         _left_with_a_will(broker, "dev", delay=3600, expiry=10)
         clock.advance(10)
-        monkeypatch.setattr(wills_module, "read_record", _read_failing)
+        monkeypatch.setattr(lifetimes_module, "read_record", _read_failing)
         broker.tick(clock.now())
         monkeypatch.undo()
         await asyncio.sleep(0.05)  # what a Will sent would have been by then
@@ -4592,6 +4594,42 @@ def test_a_will_due_with_its_session_whose_record_cannot_be_read_puts_the_end_of
         assert "dev" not in broker._sessions
         await _until(lambda: bool(watcher.inbox))
         assert _will_sent(watcher) == [b"gone"]
+
+    run_broker(tmp_path, test, clock)
+
+
+@pytest.mark.parametrize("found_at_start", [False, True])
+def test_a_session_end_that_sends_its_will_reads_its_record_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, found_at_start: bool
+) -> None:
+    """The end on time of a session whose Will is due with it read its record (whether its
+    client came back elsewhere), then the Will read it again (Wills.send_early): two reads
+    of one file for one decision, and a record changed between them could have the end and
+    its Will judge it apart. The Will is sent from the record the end read; the one read
+    after is the Will's once written (Wills._sent_from: whether the record still holds it)."""
+    root = tmp_path / "root"
+    clock = ManualClock(time.time())
+    now = clock.now()
+    if found_at_start:
+        _away_with_a_will_due_at_its_end(root, now)
+    reads: list[str] = []
+
+    def counting(root: str, client_id: str) -> SessionRecord | None:
+        reads.append(client_id)
+        return read_record(root, client_id)
+
+    async def test(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 0)
+        if not found_at_start:
+            _left_with_a_will(broker, "away", delay=3600, expiry=10)
+        monkeypatch.setattr(wills_module, "read_record", counting)
+        monkeypatch.setattr(lifetimes_module, "read_record", counting)
+        broker.tick(now + 10)
+        monkeypatch.undo()
+        assert reads == ["away", "away"]
+        await _until(lambda: bool(watcher.inbox))
+        assert _will_sent(watcher) == [b"gone"]
+        await _until(lambda: read_record(str(root), "away") is None)
 
     run_broker(tmp_path, test, clock)
 
@@ -4884,11 +4922,11 @@ def test_a_will_found_at_start_due_with_its_session_whose_record_cannot_be_read_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A Will on disk at start due with its session's end is sent by that end, right before
-    it (Wills.send_early, from Lifetimes._end_if_still_away), after a read of its record
-    (whether its client came back elsewhere) that raises there to the end. Its record failing
-    to read then (EIO of a failing disk), the end waits a second, with the Will, told once
-    by a WARNING line naming the client, rather than end the session without it; the next
-    try sends the Will and ends the session."""
+    it (Wills.send_early, from Lifetimes._end_if_still_away), judged by the end's read of its
+    record (whether its client came back elsewhere). That read failing (EIO of a failing
+    disk), the end waits a second, with the Will, told once by a WARNING line naming the
+    client, rather than end the session without it; the next try sends the Will and ends
+    the session."""
     root = tmp_path / "root"
     clock = ManualClock(time.time())
     now = clock.now()
@@ -4897,13 +4935,13 @@ def test_a_will_found_at_start_due_with_its_session_whose_record_cannot_be_read_
     async def test(broker: Broker) -> None:
         watcher = _subscriber(broker, "watcher", "will/#", 0)
         with caplog.at_level(logging.INFO, "boxmq.mqtt"):
-            monkeypatch.setattr(wills_module, "read_record", _read_failing)
+            monkeypatch.setattr(lifetimes_module, "read_record", _read_failing)
             broker.tick(now + 10)
             broker.tick(now + 11)
             monkeypatch.undo()
         told = logged(caplog, "client away:")
         assert len(told) == 1, told
-        assert "its session's end waits for its Will" in told[0], told
+        assert "its session's end waits" in told[0], told
         assert "EIO" in told[0], told
         await asyncio.sleep(0.05)  # what a Will sent would have been by then
         assert _will_sent(watcher) == []
