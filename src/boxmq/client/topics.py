@@ -228,9 +228,6 @@ class Topics(Publisher):
         # Registered, opened and attached in one step of its dropbox (see __init__).
         path = self._path_of(parsed, name)
         with self._joining(path):
-            # Whether this subscribe makes the subscription (a group: the group), read under
-            # the hold, for a close that races it (below) to take back.
-            new = not layout.has_record(path)
             if not parsed.shared and send_retained:
                 with self._retained_lock.exclusive():  # see its comment in Publisher.__init__
                     dropbox, made = self._registered(subscription, token=token, owner=owner)
@@ -248,9 +245,10 @@ class Topics(Publisher):
                 # The box closed since the check above, after the records were written: the
                 # caller told Closed, they stayed, a subscription (or a member) collecting
                 # for a subscriber that was never given it. Taken back as a refused disk's
-                # step is; a close after this returns a whole one, whose receive says Closed.
-                joined = name if parsed.shared and made else None
-                self._unregister(path, joined, made=new)
+                # step is (a group, once the member this made left it, only if no other is
+                # in it: a group without members is the sweep's to end anyway); a close after
+                # this returns a whole one, whose receive says Closed.
+                self._unregister(path, name if parsed.shared and made else None, made=made)
                 raise
             if live.attached(name):  # said here: attach's own names a consumer and a folder
                 raise InvalidArgument(
