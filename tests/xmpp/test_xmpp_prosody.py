@@ -594,3 +594,49 @@ def test_a_plain_message_to_a_node_reaches_a_subscriber_and_a_refused_one_is_ans
             assert answer.find(f".//{ITEM_NOT_FOUND}") is not None
 
     run(scenario())
+
+
+def test_qos_messages_to_a_topic_node_no_subscription_matches_are_answered_and_dropped(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    """docs/xmpp.md, urn:xmpp:qos "Received.": a message to a topic no subscription matches
+    is dropped, but an iq is still answered as if it were stored (an <acknowledged/> its empty
+    result, an <assured/> its <received/> and its <deliver/> a result) and a plain message is
+    not answered at all. The plain one goes first: the stream keeps the order, so no error
+    for it comes once the iqs are answered."""
+    node_at = f"weather@{SERVICE}"  # no queue of that name, nobody subscribed to it
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "carol") as [carol]:
+            errors: list[ET.Element] = []
+            carol.add_event_handler("message_error", lambda stanza: errors.append(stanza.xml))
+            carol.send_raw(f"<message to='{node_at}' id='p1'><body>plain</body></message>")
+            acknowledged = await _raw_request(
+                carol,
+                "a1",
+                f"<acknowledged xmlns='{ns.QOS}'><message xmlns='jabber:client'>"
+                "<body>acknowledged</body></message></acknowledged>",
+                node_at,
+            )
+            assert (acknowledged.get("type"), len(acknowledged)) == ("result", 0)
+            assured = await _raw_request(
+                carol,
+                "s1",
+                f"<assured xmlns='{ns.QOS}' msgId='m1'><message xmlns='jabber:client'>"
+                "<body>assured</body></message></assured>",
+                node_at,
+            )
+            assert assured.get("type") == "result"
+            received = assured.find(ns.tag(ns.QOS, "received"))
+            assert received is not None
+            assert received.get("msgId") == "m1"
+            deliver = await _raw_request(
+                carol, "d1", f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", node_at
+            )
+            assert (deliver.get("type"), len(deliver)) == ("result", 0)
+            assert errors == []
+
+    run(scenario())
+    assert "weather" not in box.queues()  # published to the topic, not taken for a queue
+    kept = [p for p in Path(box.root).rglob("*") if p.is_file() and b"<body>" in p.read_bytes()]
+    assert kept == []  # dropped: no subscription matched
