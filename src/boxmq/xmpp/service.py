@@ -127,6 +127,10 @@ SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subs
 DELETED_CHECK: Final = 1.0
 _CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
+# Why a stanza was refused, as its sender is told: the condition, the text, and the error's
+# own child in place of the echoed request (a StanzaError's payload), if it has one.
+_Refused = tuple[Condition, str, str | None]
+
 # An <assured/>'s texts in a stored name, as its sender knows them (urn:xmpp:qos, XEP-0060)
 _ASSURED_WORDS: Final = Words(
     "msgId", "the msgId", "the sender's JID {}", "node", "the node (topic)"
@@ -212,18 +216,34 @@ class QueueService:
 
     def _reply(self, iq: Iq, answer: Callable[[], str | None]) -> None:
         """Send what `answer` returns for `iq` (None: answered later), or the error it raised."""
-        try:
+
+        def sent() -> None:
             if (reply := answer()) is not None:
                 self._send(reply)
-        except StanzaError as error:
-            self._send(render.error(iq, error.condition, text=str(error), inner=error.payload))
+
+        refused = self._refusal(sent, "answering %s from %s", iq.id, iq.sender)
+        if refused is not None:
+            condition, text, inner = refused
+            self._send(render.error(iq, condition, text=text, inner=inner))
+
+    def _refusal(self, act: Callable[[], None], doing: str, *args: object) -> _Refused | None:
+        """Do `act`; None if it went through, else what its sender is told: the condition and
+        text of a refusal (a StanzaError's own payload in place of the echoed request), a
+        file system's failure (logged once, at the batch's end), or a bug's internal error
+        (logged as `doing % args`), which must cost one stanza, never the component's stream."""
+        try:
+            act()
+            return None
         except BoxMQError as error:
-            self._send(render.error(iq, condition_for(error), text=str(error)))
+            inner = error.payload if isinstance(error, StanzaError) else None
+            return condition_for(error), str(error), inner
         except OSError as error:  # the file system failed: an answer for the sender, no bug
-            self._refuse_unstored([iq], store_failure(error))
-        except Exception:  # a bug must cost one request, never the component's stream
-            log.exception("answering %s from %s", iq.id, iq.sender)
-            self._send(render.error(iq, INTERNAL))
+            failed = store_failure(error)
+            self._store_failures.append(failed)
+            return condition_for(failed), str(failed), None
+        except Exception:
+            log.exception(doing, *args)
+            return INTERNAL, "", None
 
     def gone(self, jid: str) -> None:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe.
@@ -251,21 +271,17 @@ class QueueService:
             self.gone(element.get("from", ""))
             return
         message = parse_message(element)
-        try:
+
+        def put() -> None:
             node = _node_of(message.to)
             self._touched.add(node)
             body = _stamped(message.message, sender=message.sender, to=message.to)
             self._put_on_node(node, body, message.sender)
+
+        refused = self._refusal(put, "storing a message from %s to %s", message.sender, message.to)
+        if refused is None:
             return
-        except BoxMQError as error:
-            condition, text = condition_for(error), str(error)
-        except OSError as error:  # the file system failed: logged once, at the batch's end
-            failed = store_failure(error)
-            self._store_failures.append(failed)
-            condition, text = condition_for(failed), str(failed)
-        except Exception:  # a bug must cost one message, never the component's stream
-            log.exception("storing a message from %s to %s", message.sender, message.to)
-            condition, text = INTERNAL, ""
+        condition, text, _ = refused  # a message error echoes nothing: no payload
         if message.type in _UNANSWERED:
             log.debug(
                 "%s message from %s to %s refused: %s",
