@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from tests.crashes import Killed, kill_at, take_everything
+from tests.retained import retained_file
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
@@ -26,7 +27,6 @@ from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument, ItemNotFound, MetadataTooLong
 from boxmq.model import GROUP_KEY as GROUP
 from boxmq.model import PUBLISHED_RETAINED, SOURCE, SOURCE_MESSAGE_ID
-from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.side_files import SIDE_DIR, referenced
 
 ORDERS = sorted(set(itertools.permutations("AADD")))  # A: assured, D: deliver (each twice)
@@ -977,7 +977,7 @@ def test_a_superseded_retained_deliver_finished_by_a_restart_replaces_nothing(
             reserved=True,  # bx_rp, as the MQTT door's
         )
         box.publish("ret/1", b"later", retain=True)
-        later = root / "topic-root" / RETAINED_DIR / hashlib.sha256(b"ret/1").hexdigest()
+        later = retained_file(root, "ret/1")
         written = later.stat().st_mtime - 10.0  # well before the marker, whatever the clock
         os.utime(later, (written, written))
         _killed_before_its_send(box, monkeypatch, superseded=True)
@@ -1002,7 +1002,7 @@ def test_a_retained_deliver_marked_by_an_older_boxmq_is_finished_by_the_times(
     replaces the retained message in place before the marker, and keeps a message or a
     delete (a tombstone, the marker being on the root) published since by this boxmq."""
     retained = {PUBLISHED_RETAINED: True}
-    path = root / "topic-root" / RETAINED_DIR / hashlib.sha256(b"ret/1").hexdigest()
+    path = retained_file(root, "ret/1")
     with boxmq.open(root, fsync="never") as box:
         box.publish("ret/1", b"before", retain=True)
         written = path.stat().st_mtime - 10.0

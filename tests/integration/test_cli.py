@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from harness.output import Drained, read_line, read_until
 from tests.diskfull import small_disk
+from tests.retained import retained_folder
 
 import boxmq
 from boxmq import cli, cli_message
@@ -2230,7 +2231,7 @@ def test_publish_retain_on_a_full_disk_names_the_file(tmp_path: Path) -> None:
         done = boxmq_cli(root, "publish", "r/a", "x" * 60_000, "--retain")
         assert done.returncode == 1
         line = done.stderr.strip()
-        assert line.startswith(f"boxmq publish: {root / 'topic-root' / '.retained'}/"), line
+        assert line.startswith(f"boxmq publish: {retained_folder(root)}/"), line
         assert line.endswith(_DISK_FULL), line
         disk.free()
         retained = ok(root, "subscribe", "r/#", "--idle", "0.3s")

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from harness.stopping import kill
 from tests.crashes import Killed, kill_at
+from tests.retained import retained_folder
 
 import boxmq
 from boxmq.client.housekeeping import RETAINED_EVERY
 from boxmq.store import layout, topics
 from boxmq.store.layout import State
-from boxmq.store.retained import RETAINED_DIR
 
 
 def _where(dropbox: str) -> Counter[tuple[str, bytes]]:
@@ -103,7 +103,7 @@ def test_a_sweep_killed_at_any_change_moves_each_message_once_and_a_restart_fini
             kept = restarted.topics.retained("r/kept")
             assert kept is not None, f"killed at change {step}"
             assert kept[1] == b"kept"
-        retained = os.listdir(os.path.join(root, layout.TOPIC_ROOT, RETAINED_DIR))
+        retained = os.listdir(retained_folder(root))
         assert len(retained) == 1, f"killed at change {step}: {retained}"  # r/kept's alone
         assert _once_each(dropbox, bodies, f"change {step}") == {
             b"dead": "error",

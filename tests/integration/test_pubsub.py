@@ -23,6 +23,7 @@ from tests.descriptors import no_descriptor_left
 from tests.diskfull import small_disk
 from tests.generations import count_generation_writes
 from tests.processes import dead_token
+from tests.retained import retained_folder
 from tests.waiting import logged
 
 import boxmq
@@ -247,7 +248,7 @@ def test_a_damaged_retained_message_is_passed_by_not_the_subscriptions_failure(
     box.publish("sensors/kitchen/temp", "20", retain=True)
     box.publish("sensors/hall/temp", "19", retain=True)
     box.publish("sensors/cellar/temp", "12", retain=True)
-    retained = sorted((root / "topic-root" / ".retained").iterdir())
+    retained = sorted(retained_folder(root).iterdir())
     retained[0].write_bytes(b"")
     retained[1].write_bytes(b"\x00" * 30)
     with boxmq.open(root, fsync="never") as restarted:

@@ -5,13 +5,12 @@ server stopped at its start-up sweep, and the CLI said only "Is a directory"."""
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from tests.integration.mqtt.clients import boxmq_cli, paho, serving_fresh
+from tests.retained import retained_file
 
 import boxmq
-from boxmq.store.retained import RETAINED_DIR
 
 BLOCKED = "dev/3/status"
 
@@ -21,7 +20,7 @@ def _retained_with_a_directory(root: Path) -> Path:
     with boxmq.open(root, fsync="never") as box:
         for n in range(2, 5):
             box.publish(f"dev/{n}/status", f"on {n}", retain=True)
-    path = root / "topic-root" / RETAINED_DIR / hashlib.sha256(BLOCKED.encode()).hexdigest()
+    path = retained_file(root, BLOCKED)
     path.unlink()
     path.mkdir()
     return path

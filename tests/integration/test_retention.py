@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from tests.retained import retained_folder
 
 import boxmq
 from boxmq.store import topics as layout
@@ -87,7 +88,7 @@ def test_temporaries_a_dead_writer_left_go_once_older_than_working_ttl(root: Pat
         folders = [
             root / "jobs",
             root / "topic-root",
-            root / "topic-root" / ".retained",
+            retained_folder(root),
             root / ".properties",
             root / ".exactly-once",
         ]
@@ -220,10 +221,10 @@ def test_a_sweep_deletes_the_retained_messages_that_expired(root: Path) -> None:
         box.publish("status/b", b"on", retain=True, expires_in=1000)
         box.publish("status/c", b"on", retain=True)
         box.sweep()
-        assert len(os.listdir(root / "topic-root" / ".retained")) == 3  # none expired yet
+        assert len(os.listdir(retained_folder(root))) == 3  # none expired yet
         clock.advance(61)  # past a's expiry, and past the next look for expired ones
         box.sweep()
-        assert len(os.listdir(root / "topic-root" / ".retained")) == 2
+        assert len(os.listdir(retained_folder(root))) == 2
         kept = {envelope.topic for envelope, _ in box.topics.retained_reading("status/#")}
         assert kept == {"status/b", "status/c"}
 

@@ -4,7 +4,6 @@ that another message names."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from functools import partial
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.diskfull import SmallDisk, small_disk
+from tests.retained import retained_file, retained_folder
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
@@ -19,8 +19,6 @@ from boxmq.client.publishing import Publication
 from boxmq.model import PROPERTIES_FILE, PUBLISHED_RETAINED
 from boxmq.mqtt.properties import Properties
 from boxmq.store.commit import Committer, Move
-from boxmq.store.layout import TOPIC_ROOT
-from boxmq.store.retained import RETAINED_DIR
 from boxmq.store.side_files import SIDE_DIR, key_of, referenced
 
 RAW = Properties.build(user_properties=[("k", "v" * 300)]).raw
@@ -211,7 +209,7 @@ def test_a_retained_message_whose_flush_fails_once_in_place_keeps_its_side_file(
 def _blocked(root: Path, topic: str) -> None:
     """The topic's retained file is a directory (made by hand): the rename that would put a
     retained message in place fails (EISDIR), before any flush."""
-    os.makedirs(root / TOPIC_ROOT / RETAINED_DIR / hashlib.sha256(topic.encode()).hexdigest())
+    os.makedirs(retained_file(root, topic))
 
 
 @pytest.mark.parametrize("named_before", [False, True], ids=["alone", "named-before"])
@@ -229,7 +227,7 @@ def test_a_retained_message_whose_rename_fails_leaves_no_side_file_its_header_wa
             box.topics.publish(LONG_TOPIC, BODY, retain=True, reserved=True, side_file=RAW)
         assert os.listdir(root / SIDE_DIR) == ([KEY] if named_before else [])
         assert referenced(str(root)) == ({KEY} if named_before else set())
-        kept = os.listdir(root / TOPIC_ROOT / RETAINED_DIR)
+        kept = os.listdir(retained_folder(root))
         assert [name for name in kept if name.startswith(".")] == []  # nor its staged file
 
 

@@ -7,7 +7,6 @@ The disk is a real one: a small tmpfs filled until the kernel answers ENOSPC (te
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import queue
@@ -37,6 +36,7 @@ from tests.integration.mqtt.clients import (
     stop_process,
 )
 from tests.integration.mqtt.raw import open_raw, publish_qos2, pubrel, read
+from tests.retained import retained_folder, retained_name
 from tests.waiting import logged, until, waited
 
 from boxmq.clock import ManualClock
@@ -315,9 +315,7 @@ def test_a_retained_publish_the_disk_refuses_keeps_the_previous_retained_message
     retained = late.next()
     assert (retained.payload, retained.retain) == (b"old", True)
     assert _working_files(running.root) == []
-    assert [p.name for p in (running.root / "topic-root" / ".retained").iterdir()] == [
-        hashlib.sha256(b"t/r").hexdigest()
-    ]
+    assert [p.name for p in retained_folder(running.root).iterdir()] == [retained_name("t/r")]
 
 
 def test_a_will_the_disk_refuses_stays_in_its_session_record_and_a_restart_sends_it(

@@ -37,10 +37,10 @@ from tests.integration.mqtt.raw import (
     read,
     subscribe,
 )
+from tests.retained import retained_folder
 
 import boxmq
 from boxmq.client.assured import AssuredIntake, Outcome
-from boxmq.store.retained import RETAINED_DIR
 
 # `boxmq serve`, killed (SIGKILL) by itself at its `at`th replacement of a retained message:
 # as the PUBREL of a retained QoS 2 message, marked delivered, is about to replace the topic's
@@ -151,7 +151,7 @@ def test_a_retained_message_received_before_the_pubrel_is_replaced_by_its_recove
         _killed_at_pubrel(target, server, b"qos2", meanwhile=_retained_qos1)
         if same_tick:
             # Beside each, the QoS 2 message staged and a temporary: their names start with a dot.
-            [retained] = (Path(target.root) / "topic-root" / RETAINED_DIR).glob("[!.]*")
+            [retained] = retained_folder(target.root).glob("[!.]*")
             [marker] = (Path(target.root) / ".exactly-once").glob("[!.]*")
             tick = retained.stat().st_mtime_ns
             os.utime(marker, ns=(tick, tick))

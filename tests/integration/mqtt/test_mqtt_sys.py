@@ -21,6 +21,7 @@ from tests.integration.mqtt.clients import (
     serving_fresh,
     subscriptions_on_disk,
 )
+from tests.retained import retained_folder
 
 
 def _until(watcher: Paho, topic: str, test: Callable[[Received], bool]) -> Received:
@@ -115,7 +116,7 @@ def test_a_sys_retained_message_an_older_boxmq_stored_can_be_deleted(tmp_path: P
     shutil.copytree(fixture, root)
     deleted = boxmq_cli(root, "publish", "$SYS/broker/version", "", "--retain")
     assert deleted.returncode == 0, deleted.stderr
-    assert not os.listdir(root / "topic-root" / ".retained")
+    assert not os.listdir(retained_folder(root))
     again = boxmq_cli(root, "publish", "$SYS/broker/version", "fake", "--retain")
     assert again.returncode == 1, again  # a message there is still the server's alone
     with serving_fresh(tmp_path, "--sys-interval", "500ms") as running:

@@ -6,7 +6,6 @@ marked before it can see (`written_since`), swept once no marker is older.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Iterable
@@ -14,19 +13,19 @@ from pathlib import Path
 
 import pytest
 from tests.crashes import Killed
+from tests.retained import retained_file, retained_folder, retained_name
 
 import boxmq
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.housekeeping import RETAINED_EVERY
 from boxmq.clock import ManualClock
 from boxmq.model import PUBLISHED_RETAINED
-from boxmq.store import retained
 from boxmq.store.commit import Committer, FsyncPolicy, flush_directories
 from boxmq.store.retained import Marked, RetainedStore
 
 
 def _folder(tmp_path: Path) -> Path:
-    return tmp_path / "topic-root" / retained.RETAINED_DIR
+    return retained_folder(tmp_path)
 
 
 def _flushed_folders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -53,7 +52,7 @@ def test_a_delete_flushes_the_folder_under_always_only(
         flushed = _flushed_folders(monkeypatch)
         store.replace(store.stage("a/b", "4.m2.T", b""))  # an empty body deletes it
         assert store.get("a/b") is None
-        expected = [str(tmp_path / "topic-root" / retained.RETAINED_DIR)]
+        expected = [str(retained_folder(tmp_path))]
         assert flushed == (expected if policy is FsyncPolicy.ALWAYS else [])
         store.replace(store.stage("a/b", "4.m3.T", b""))  # nothing left to delete or flush
         assert flushed == (expected if policy is FsyncPolicy.ALWAYS else [])
@@ -194,12 +193,12 @@ def test_a_marker_of_a_message_sent_or_to_a_queue_keeps_no_tombstone(
         # delete cannot tell its marker will not come, and leaves a tombstone.
         assert box.assured("door", "2", b"waits", topic="elsewhere")
         box.publish("t", b"", retain=True)
-        assert (_folder(tmp_path) / hashlib.sha256(b"t").hexdigest()).exists()  # a tombstone
+        assert retained_file(tmp_path, "t").exists()  # a tombstone
         marker = _ten_minutes_old(tmp_path)
         box.sweep()
         assert marker.exists()  # remembered for done_ttl
         assert [path.name for path in _folder(tmp_path).iterdir()] == (
-            [] if to == "queue" else [hashlib.sha256(b"mine").hexdigest()]  # its message
+            [] if to == "queue" else [retained_name("mine")]  # its message
         )
 
 
@@ -220,7 +219,7 @@ def test_a_delete_while_no_marked_message_waits_writes_no_tombstone(
         box.publish("t", b"", retain=True)
         box.publish("never/retained", b"", retain=True)
         assert [path.name for path in _folder(tmp_path).iterdir()] == (
-            [] if to == "queue" else [hashlib.sha256(b"mine").hexdigest()]  # its message
+            [] if to == "queue" else [retained_name("mine")]  # its message
         )
 
 
@@ -237,7 +236,7 @@ def test_a_marker_whose_retained_message_waits_keeps_its_own_topics_tombstone_al
         clock.advance(RETAINED_EVERY)
         box.sweep()
         [kept] = _folder(tmp_path).iterdir()
-        assert kept.name == hashlib.sha256(b"mine").hexdigest()
+        assert kept.name == retained_name("mine")
     with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
         box.sweep()  # the restart: the deliver is finished, the delete since kept
         assert box.topics.retained("mine") is None
@@ -258,7 +257,7 @@ def test_a_marker_left_waiting_past_done_ttl_keeps_its_own_topics_tombstone_alon
         box.sweep()
         assert marker.exists()  # its message waits: a restart finishes it
         [kept] = _folder(tmp_path).iterdir()
-        assert kept.name == hashlib.sha256(b"mine").hexdigest()
+        assert kept.name == retained_name("mine")
         assert box.intake.pinned == {"mine": marker.stat().st_mtime}
     with boxmq.open(tmp_path, fsync="never", clock=clock) as box:
         box.sweep()  # the restart: the deliver is finished, the delete since kept

@@ -4,7 +4,6 @@ earlier listing), whatever another process replaced or deleted since."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from tests.retained import retained_file, retained_folder, retained_name
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -157,16 +157,16 @@ def test_a_file_not_named_for_its_topic_goes_to_no_subscription(tmp_path: Path) 
     both pass it by (before, a wildcard sent it, and a second message of its topic with it)."""
     with boxmq.open(tmp_path, fsync="never") as box:
         box.publish("dev/1/status", "on 1", retain=True)
-        folder = tmp_path / "topic-root" / RETAINED_DIR
+        folder = retained_folder(tmp_path)
 
         def drop(file: str, topic: str, body: bytes) -> None:
             name = f"4.byhand.T.....bx_topicS={quote(topic, safe='')}&bx_qosY=1"
             header = json.dumps({"topic": topic, "name": name}).encode()
             (folder / file).write_bytes(header + b"\n" + body)
 
-        drop(hashlib.sha256(b"dev/2/status").hexdigest(), "dev/2/status", b"by hand")
+        drop(retained_name("dev/2/status"), "dev/2/status", b"by hand")
         drop("dev-3", "dev/3/status", b"misnamed")
-        drop(hashlib.sha256(b"dev/4/status").hexdigest(), "dev/1/status", b"misnamed")
+        drop(retained_name("dev/4/status"), "dev/1/status", b"misnamed")
         expected = {"dev/1/status": b"on 1", "dev/2/status": b"by hand"}
         assert _bodies(box.subscribe("dev/+/status", "m", durable=False)) == expected
         for n in (1, 2, 3, 4):
@@ -182,8 +182,7 @@ def test_a_retained_file_written_by_hand_with_the_least_name_is_sent(tmp_path: P
     with boxmq.open(tmp_path, fsync="never") as box:
         box.publish("dev/1/status", "on 1", retain=True)  # makes the folder
         header = json.dumps({"topic": "dev/2/status", "name": "4.byhand.T"}).encode()
-        folder = tmp_path / "topic-root" / RETAINED_DIR
-        (folder / hashlib.sha256(b"dev/2/status").hexdigest()).write_bytes(header + b"\nhi")
+        retained_file(tmp_path, "dev/2/status").write_bytes(header + b"\nhi")
         for filter in ("dev/2/status", "dev/+/status"):
             subscriber = box.subscribe(filter, "m", durable=False, qos=2)
             got = {}
@@ -203,7 +202,7 @@ def test_a_retained_file_written_by_hand_with_the_least_name_is_sent(tmp_path: P
 
 def _taken_by_a_directory(root: Path, topic: str) -> Path:
     """The topic's retained file replaced by a directory (made by hand)."""
-    path = root / "topic-root" / RETAINED_DIR / hashlib.sha256(topic.encode()).hexdigest()
+    path = retained_file(root, topic)
     path.unlink()
     path.mkdir()
     return path

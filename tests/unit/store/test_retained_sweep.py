@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.retained import retained_folder
 
 from boxmq.store.retained import RetainedHeader, RetainedStore
 
@@ -52,7 +53,7 @@ def test_a_header_longer_than_a_page_is_read_whole(store: RetainedStore) -> None
 
 def test_a_damaged_header_is_passed_by(store: RetainedStore, tmp_path: Path) -> None:
     """No newline (cut short by a power cut) or no JSON: neither read as stale nor a failure."""
-    folder = tmp_path / "topic-root" / ".retained"
+    folder = retained_folder(tmp_path)
     store.replace(store.stage("a", "4.m1.T", b"1"))
     (folder / "cut").write_bytes(json.dumps({"topic": "b", "name": "4.m2.T"}).encode()[:-3])
     (folder / "junk").write_bytes(b"\x00" * 10_000)
