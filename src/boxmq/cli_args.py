@@ -16,6 +16,7 @@ from boxmq.model import Property, PropertyType
 __all__ = [
     "DURATION_OPTIONS",
     "FOREVER",
+    "PROPERTY_TYPES",
     "Default",
     "joined_negative_durations",
     "no_home_folder",
@@ -65,6 +66,8 @@ _TYPES = {
     "float": PropertyType.FLOAT,
     "bool": PropertyType.BOOLEAN,
 }
+# The TYPE words of NAME:TYPE=VALUE as a user writes them, the first the default (NAME=VALUE).
+PROPERTY_TYPES: Final = tuple(_TYPES)
 _RANGES = {
     PropertyType.BYTE: 8,
     PropertyType.SHORT: 16,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from boxmq import cli_dropbox
 from boxmq import cli_output as output
 from boxmq import cli_types as types
-from boxmq.cli_args import Default
+from boxmq.cli_args import PROPERTY_TYPES, Default
 from boxmq.client import Box
 from boxmq.store.commit import FsyncPolicy  # loaded by boxmq.client already: no cost
 from boxmq.store.layout import State
@@ -36,7 +36,8 @@ def _add_common(
         "--fsync",
         default=default(Default(FsyncPolicy.ALWAYS.value)),
         choices=FsyncPolicy.words(),
-        help="when a put is on disk: always (default; group commit), interval, never",
+        help="when a put is on disk: "
+        + _listed(FsyncPolicy.words(), FsyncPolicy.ALWAYS.value, "default; group commit"),
     )
     parser.add_argument(
         "--json",
@@ -55,6 +56,13 @@ def _add_common(
         default=default(False),
         help="also log debug lines (serve: overrides the config's log_level)",
     )
+
+
+def _listed(words: Sequence[str], marked: str, note: str) -> str:
+    """An option's words for its help, `marked` followed by `(note)`: taken from where they
+    are defined (FsyncPolicy, the property types), so that a help cannot offer a word the
+    option refuses, or leave out one it takes."""
+    return ", ".join(f"{word} ({note})" if word == marked else word for word in words)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -363,8 +371,8 @@ def _property_arguments(p: argparse.ArgumentParser) -> None:
         type=types.named_property,
         default=[],
         metavar="NAME[:TYPE]=VALUE",
-        help="a property, once per name; TYPE: string (default), int, long, short, byte, "
-        "double, float, bool",
+        help="a property, once per name; TYPE: "
+        + _listed(PROPERTY_TYPES, PROPERTY_TYPES[0], "default"),
     )
     p.add_argument(
         "--expires-in",
@@ -514,7 +522,7 @@ def _peek_arguments(p: argparse.ArgumentParser) -> None:
     cli_dropbox.add_arguments(p)
     p.add_argument(
         "--state",
-        default="target",
+        default=State.TARGET.value,
         choices=[s.value for s in State],
         help="the folder shown (default target: the ready messages)",
     )
@@ -531,8 +539,8 @@ def _requeue_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--from",
         dest="source",
-        default="error",
-        choices=["error", "expired", "processed"],
+        default=State.ERROR.value,
+        choices=[s.value for s in (State.ERROR, State.EXPIRED, State.PROCESSED)],
         help="the folder sent back to target/ (default error: the dead messages)",
     )
 
@@ -544,8 +552,8 @@ def _purge_arguments(p: argparse.ArgumentParser) -> None:
     cli_dropbox.add_arguments(p)
     p.add_argument(
         "--state",
-        default="target",
-        choices=["target", "processed", "error", "expired"],
+        default=State.TARGET.value,
+        choices=[s.value for s in (State.TARGET, State.PROCESSED, State.ERROR, State.EXPIRED)],
         help="the folder emptied (default target: every ready message)",
     )
 
