@@ -98,6 +98,31 @@ def test_every_relative_link_and_anchor_resolves() -> None:
     assert any("#" in target for _, target in _links())  # the check sees anchors at all
 
 
+# The pages whose prose is wrapped at 100 columns, as the code is (tables and code blocks
+# excepted: a row or a printed line cannot be wrapped).
+_WRAPPED = ("cli.md", "mqtt.md", "xmpp.md")
+
+
+def test_the_prose_of_the_wrapped_pages_keeps_to_100_columns() -> None:
+    long = [
+        f"{name}:{number}: {len(line)} columns"
+        for name in _WRAPPED
+        for number, line in _prose_lines(DOCS / name)
+        if len(line) > 100 and not line.lstrip().startswith("|")
+    ]
+    assert long == []
+
+
+def _prose_lines(page: Path) -> Iterator[tuple[int, str]]:
+    """The page's lines outside its code blocks, with their numbers."""
+    fenced = False
+    for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            yield number, line
+
+
 def test_a_link_that_says_above_or_below_points_that_way() -> None:
     wrong = []
     for page in PAGES:
@@ -189,9 +214,10 @@ def _default_said(action: argparse.Action, text: str) -> bool:
                 said = re.escape(word)
                 options = "|".join(re.escape(option) for option in action.option_strings)
                 if re.search(
-                    # not the first of the choices a usage lists: `--from error\|expired`
-                    rf"(?:{options})`?(?: |=|`? defaults to [^.;]*?)`?{said}\b(?!\\?\|)"
-                    rf"|`?{said}`? (?:by default|unless given)",
+                    # not the first of the choices a usage lists: `--from error\|expired`;
+                    # any white space between the words, a line's end too (wrapped prose)
+                    rf"(?:{options})`?(?:\s|=|`?\s+defaults\s+to\s[^.;]*?)`?{said}\b(?!\\?\|)"
+                    rf"|`?{said}`?\s+(?:by\s+default|unless\s+given)",
                     text,
                 ):
                     return True
