@@ -99,15 +99,33 @@ def test_every_relative_link_and_anchor_resolves() -> None:
 
 
 # The pages whose prose is wrapped at 100 columns, as the code is (tables and code blocks
-# excepted: a row or a printed line cannot be wrapped).
-_WRAPPED = ("cli.md", "mqtt.md", "xmpp.md")
+# excepted: a row or a printed line cannot be wrapped). file-format.md, operations.md and
+# benchmarks.md are not yet.
+_WRAPPED = [
+    REPO / "README.md",
+    *(
+        DOCS / name
+        for name in (
+            "cli.md",
+            "concepts.md",
+            "configuration.md",
+            "development.md",
+            "mqtt.md",
+            "pubsub.md",
+            "python.md",
+            "security.md",
+            "spark.md",
+            "xmpp.md",
+        )
+    ),
+]
 
 
 def test_the_prose_of_the_wrapped_pages_keeps_to_100_columns() -> None:
     long = [
-        f"{name}:{number}: {len(line)} columns"
-        for name in _WRAPPED
-        for number, line in _prose_lines(DOCS / name)
+        f"{page.relative_to(REPO)}:{number}: {len(line)} columns"
+        for page in _WRAPPED
+        for number, line in _prose_lines(page)
         if len(line) > 100 and not line.lstrip().startswith("|")
     ]
     assert long == []
