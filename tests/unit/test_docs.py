@@ -39,6 +39,7 @@ from boxmq.config import Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
 from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, MqttSettings
+from boxmq.mqtt.sys_topics import Figures, SysTopics
 from boxmq.xmpp.settings import XmppSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -907,3 +908,20 @@ def test_every_warning_that_tells_what_to_do_is_quoted_in_the_docs() -> None:
         if not any(part in docs for part in parts if len(part) >= 15):
             missing.append(f"{where}: {text[:80]}")
     assert missing == []
+
+
+def test_every_sys_topic_is_a_row_of_mqtt_md_s_table_of_them() -> None:
+    """Each `$SYS` topic a server publishes has its row in mqtt.md's table, which says what
+    its value is, and each row there is one a server publishes."""
+    figures = Figures(
+        connected=0,
+        subscriptions=0,
+        messages_received=0,
+        messages_sent=0,
+        bytes_received=0,
+        bytes_sent=0,
+    )
+    published = {topic for topic, _ in SysTopics(10, version="1", started=0).update(0, figures)}
+    assert {"$SYS/broker/version", "$SYS/broker/bytes/sent"} <= published
+    text = (DOCS / "mqtt.md").read_text(encoding="utf-8")
+    assert set(re.findall(r"^\| `(\$SYS/[^`]*)` \|", text, re.M)) == published
