@@ -1091,11 +1091,15 @@ def role_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], roles: Iterable[str]
 ) -> argparse.ArgumentParser:
     """The `role` command of `sub` (a parser's subparsers) with the options every role of
-    `roles` takes, here and in chaos_mixed.py, as Proc.start passes them."""
+    `roles` takes, here and in chaos_mixed.py, as Proc.start passes them. Called once this
+    checkout's boxmq comes first (`main`; chaos_mixed.py's roles inherit its PYTHONPATH)."""
+    from boxmq.store.commit import FsyncPolicy
+
     r = sub.add_parser("role")
     r.add_argument("role", choices=sorted(roles))
-    for opt in ("--name", "--root", "--log", "--fsync"):
+    for opt in ("--name", "--root", "--log"):
         r.add_argument(opt, required=True)
+    r.add_argument("--fsync", required=True, choices=FsyncPolicy.words())
     r.add_argument("--inc", type=int, default=0)
     r.add_argument("--until", type=float, required=True)
     r.add_argument("--port", type=int, default=0)

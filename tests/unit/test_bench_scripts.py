@@ -142,14 +142,16 @@ def test_no_bench_script_imports_the_tests() -> None:
 
 def test_every_bench_refuses_an_fsync_the_store_has_no_policy_for() -> None:
     # mqtt_topics.py, mqtt_groups.py and chaos.py took any --fsync word and handed it on to
-    # boxmq, which refused it only once a broker or the chaos run had started; argparse
-    # refuses it before --help, which a bench taking it goes on to answer.
+    # boxmq, which refused it only once a broker or the chaos run (or a role of it) had
+    # started; argparse refuses it before --help, which a bench taking it goes on to answer.
     for argv in (
         ["mqtt.py"],
         ["mqtt_topics.py"],
         ["mqtt_groups.py"],
         ["xmpp.py"],
         ["chaos.py", "run"],
+        ["chaos.py", "role", "producer"],
+        ["chaos_mixed.py", "role", "cli"],
     ):
         script, *command = argv
         done = subprocess.run(
