@@ -66,3 +66,16 @@ def test_a_retained_publish_to_its_topic_names_the_topic_and_the_directory(
     assert ".tmp-" not in done.stderr, done.stderr
     assert "remove it" in done.stderr, done.stderr
     assert not [p.name for p in blocked.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_a_retained_publish_refused_so_sends_its_subscribers_nothing(tmp_path: Path) -> None:
+    # The copies went out before the directory refused the retained message: the publisher
+    # was told it failed (and a QoS 1 or 2 one sends it again) for a message delivered.
+    blocked = _retained_with_a_directory(tmp_path)
+    with boxmq.open(tmp_path, fsync="never") as box:
+        box.subscribe(BLOCKED, "keeper").close()  # durable: collects while closed
+    done = boxmq_cli(tmp_path, "publish", "--retain", BLOCKED, "off")
+    assert done.returncode != 0
+    assert str(blocked) in done.stderr, done.stderr
+    with boxmq.open(tmp_path, fsync="never") as box, box.subscribe(BLOCKED, "keeper") as keeper:
+        assert keeper.receive(timeout=0.5) is None

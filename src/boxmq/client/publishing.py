@@ -315,8 +315,9 @@ class Publisher:
         (a full disk refuses it before any copy went out) and put in place last, once the
         copies are committed, so copies that fail leave the old one. A crash in between
         leaves the copies out and the old retained message, for a publication that was not
-        acknowledged: its resend is delivered again (at least once) and then retained. Left:
-        a rename into .retained/ that fails after the copies went out (EIO); the publisher is
+        acknowledged: its resend is delivered again (at least once) and then retained. A
+        directory at the topic's file is refused by `stage`, before any copy. Left: a
+        rename into .retained/ that fails after the copies went out (EIO); the publisher is
         told of a failure for copies that were delivered, as when a commit's last flush fails.
         `side_file`: as `publish` says; named by the header where the name holds none of the
         properties, written before it (the committer's flush at `replace` covers it).
