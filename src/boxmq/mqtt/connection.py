@@ -127,6 +127,7 @@ class Connection:
         self, *, max_packet_size: int, receive_maximum: int, topic_alias_maximum: int, now: float
     ) -> None:
         self._reader = FrameReader(max_packet_size=max_packet_size)
+        self._reader.shortest = False  # until a CONNECT says MQTT 5.0 (`_connect`)
         self.version: ProtocolVersion | None = None  # known once CONNECT came
         self.receive_maximum = receive_maximum  # ours: what the client may have unanswered
         self.topic_alias_maximum = topic_alias_maximum  # ours, for the client's aliases
@@ -186,7 +187,7 @@ class Connection:
         except PacketTooLarge:
             if self.version is None:
                 head = self._reader.head(_CONNECT_HEAD)
-                header = remaining_length(head, 0)  # whole: the reader refused the packet by it
+                header = remaining_length(head, 0, False)  # whole: the reader refused it by it
                 assert header is not None
                 size = header[1]
                 if head[0] >> 4 == _CONNECT and len(head) < size + _NAME_AND_LEVEL:
@@ -237,6 +238,10 @@ class Connection:
             name = PacketType(kind).name if kind else "reserved packet type 0"
             raise ProtocolError(f"{name} before CONNECT (MQTT 5.0 §3.1)")
         self.version = connect_version(frame)  # so that a bad CONNECT is answered in its version
+        if self.version is ProtocolVersion.V5:
+            if self._reader.longer:  # read before its version was known: malformed in 5.0
+                raise MalformedPacket("remaining length is not in its shortest form (§1.5.5)")
+            self._reader.shortest = True
         packet = decode(frame, self.version or ProtocolVersion.V5)
         assert isinstance(packet, Connect)
         self.version = packet.version

@@ -144,8 +144,11 @@ def encode_binary(data: bytes) -> bytes:
     return len(data).to_bytes(2, "big") + data
 
 
-def remaining_length(buf: bytes, pos: int) -> tuple[int, int] | None:
-    """The Remaining Length after byte `pos`: (length, header size), or None if incomplete."""
+def remaining_length(buf: bytes, pos: int, shortest: bool = True) -> tuple[int, int] | None:
+    """The Remaining Length after byte `pos`: (length, header size), or None if incomplete.
+    `shortest`: one in more bytes than it needs (0x80 0x00 for 0) is malformed, as MQTT 5.0
+    §1.5.5 says (MQTT-1.5.5-1); MQTT 3.1.1 §2.2.3 asks no such thing, and its decoding
+    algorithm reads it."""
     value = 0
     for i in range(1, 5):
         if len(buf) <= pos + i:
@@ -153,7 +156,7 @@ def remaining_length(buf: bytes, pos: int) -> tuple[int, int] | None:
         byte = buf[pos + i]
         value |= (byte & 0x7F) << (7 * i - 7)
         if not byte & 0x80:
-            if byte == 0 and i > 1:
+            if byte == 0 and i > 1 and shortest:
                 raise MalformedPacket("remaining length is not in its shortest form")  # §1.5.5
             return value, 1 + i
     raise MalformedPacket("remaining length is longer than 4 bytes")  # MQTT 5.0 §2.1.4
@@ -169,7 +172,16 @@ class FrameReader:
     into one buffer and reuses it for the next read.
     """
 
-    __slots__ = ("_buffer", "_later", "_later_size", "_pos", "frames_read", "max_packet_size")
+    __slots__ = (
+        "_buffer",
+        "_later",
+        "_later_size",
+        "_pos",
+        "frames_read",
+        "longer",
+        "max_packet_size",
+        "shortest",
+    )
 
     def __init__(self, *, max_packet_size: int) -> None:
         self._buffer = b""  # frames are read from here, starting at _pos
@@ -178,6 +190,11 @@ class FrameReader:
         self._later_size = 0
         self.max_packet_size = max_packet_size  # whole packet, header included; may be lowered
         self.frames_read = 0  # frames handed out by `frames`, for the server's $SYS figures
+        # Whether a Remaining Length in more bytes than it needs is malformed (MQTT 5.0), or
+        # read (3.1.1: `remaining_length`); one was read so while it was not (`longer`),
+        # which tells a v5 CONNECT read before its version was known (connection.py).
+        self.shortest = True
+        self.longer = False
 
     def receive(self, data: bytes | bytearray | memoryview) -> None:
         if data:
@@ -219,8 +236,10 @@ class FrameReader:
                         return
                     self._join()
                     continue
-                if (header := remaining_length(buffer, pos)) is not None:
+                if (header := remaining_length(buffer, pos, self.shortest)) is not None:
                     body_length, header_size = header
+                    if header_size > 2 and body_length < 1 << 7 * (header_size - 2):
+                        self.longer = True
                 elif self._later:
                     self._join()
                     continue

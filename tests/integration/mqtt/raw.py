@@ -16,6 +16,7 @@ __all__ = [
     "binary",
     "connect_packet",
     "connect_packet_311",
+    "longer",
     "nothing",
     "open_raw",
     "packet",
@@ -44,6 +45,13 @@ def packet(kind: int, body: bytes) -> bytes:
         length += bytes([byte | (0x80 if size else 0)])
         if not size:
             return bytes([kind]) + length + body
+
+
+def longer(first: int, body: bytes, size: int) -> bytes:
+    """A packet whose Remaining Length takes `size` bytes (2 to 4), more than its value
+    needs (under 128: one byte): 0x80 0x00 for 0 in two."""
+    assert len(body) < 0x80
+    return bytes([first, len(body) | 0x80, *[0x80] * (size - 2), 0]) + body
 
 
 def string(text: str) -> bytes:

@@ -20,6 +20,7 @@ from tests.integration.mqtt.raw import (
     PINGREQ,
     answers_to,
     connect_packet_311,
+    longer,
     nothing,
     packet,
     read,
@@ -991,3 +992,17 @@ def test_dup_is_set_on_what_was_sent_before_and_only_on_it(tmp_path: Path) -> No
                 sub.sendall(packet(0x40, packet_id.to_bytes(2, "big")))
             assert got == [(0x3A, b"0"), (0x3A, b"1"), (0x32, b"2"), (0x32, b"3"), (0x32, b"4")]
             assert nothing(sub)
+
+
+def test_a_remaining_length_longer_than_it_needs_is_read(server: RunningServer) -> None:
+    """3.1.1 §2.2.3 asks for no shortest form of the Remaining Length (5.0's MQTT-1.5.5-1
+    does), and its decoding algorithm reads 0x80 0x00 as 0: a CONNECT, a PINGREQ and a
+    SUBSCRIBE so are answered, not closed as malformed."""
+    sock, body = _connack(server, longer(0x10, _connect("long")[2:], 3))
+    with sock:
+        assert body == b"\x00\x00"
+        for size in (2, 3, 4):
+            sock.sendall(longer(0xC0, b"", size))
+            assert read(sock) == (0xD0, b"")
+        sock.sendall(longer(0x82, _subscribe(1, ("a", 0))[2:], 4))
+        assert read(sock) == (0x90, b"\x00\x01\x00")

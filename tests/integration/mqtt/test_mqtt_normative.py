@@ -17,6 +17,7 @@ from tests.integration.mqtt.raw import (
     PINGREQ,
     answers_to,
     connect_packet,
+    longer,
     nothing,
     open_raw,
     packet,
@@ -74,6 +75,16 @@ def test_reserved_flag_bits_not_as_listed_are_a_malformed_packet(
 def _connect(flags: int, payload: bytes) -> bytes:
     """An MQTT 5 CONNECT with these Connect Flags (§3.1.2.3), Keep Alive 30 s, no properties."""
     return packet(0x10, string("MQTT") + bytes([5, flags, 0, 30, 0]) + payload)
+
+
+def test_a_remaining_length_longer_than_it_needs_is_a_malformed_packet(
+    server: RunningServer,
+) -> None:
+    """MQTT-1.5.5-1: the minimum number of bytes (3.1.1 asks none: test_mqtt311_normative);
+    a CONNECT so gets CONNACK 0x81 (MQTT-3.1.4-1), a PINGREQ DISCONNECT 0x81 (MQTT-4.13.1-1)."""
+    connect = longer(0x10, _connect(0x02, string("long"))[2:], 3)
+    assert _answers_to(server, connect, first=True) == [(0x20, b"\x00\x81\x00")]
+    assert _answers_to(server, longer(0xC0, b"", 2)) == [(0xE0, b"\x81")]
 
 
 WILL = b"\x00" + string("w") + b"\x00\x01x"  # no Will Properties, topic "w", payload "x"
