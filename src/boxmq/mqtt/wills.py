@@ -381,6 +381,8 @@ class Wills:
     ) -> None:
         """The Will `record` holds was sent and written: the record without it is written,
         unless its client came back meanwhile (or its session ended): that record is newer.
+        So too right before its session's end, which deletes the record a moment later: a
+        kill in between leaves it without the Will, which the restart does not send again.
         Its write failed (`failure`: a full or failing disk), the record keeps it, so that a
         restart sends it again, to the durable subscribers too; not this broker, which sent
         it already to those in memory (a Will is published once)."""

@@ -1577,6 +1577,50 @@ def test_a_will_found_at_start_due_with_its_session_goes_right_before_its_end(
     run_broker(tmp_path, test, clock)
 
 
+def test_a_will_sent_by_its_sessions_end_killed_before_the_end_is_not_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Will sent right before its session's end leaves the session's record once written
+    (wills' _sent_from), though the end deletes that record a moment later: a server killed
+    between the two (here: the end doing nothing, as nothing after a SIGKILL runs) left the
+    record without it, and the restart ends the session without sending the Will again.
+    Kept in it, the restart sent it a second time (MQTT 5.0 §3.1.3.2.2: once)."""
+    root = tmp_path / "root"
+    clock = ManualClock(time.time())
+    now = clock.now()
+    _away_with_a_will_due_at_its_end(root, now)
+    ended: list[str] = []
+
+    async def killed_at_the_end(broker: Broker) -> None:
+        watcher = _subscriber(broker, "watcher", "will/#", 1, expiry=600)
+        watcher.close()  # away: its durable subscription keeps what comes
+        monkeypatch.setattr(
+            lifetimes_module.Lifetimes,
+            "forget_on_disk",
+            lambda _, client_id, record: ended.append(client_id),
+        )
+        broker.tick(now + 10)
+
+        def without_its_will() -> bool:
+            record = read_record(str(root), "away")
+            return record is not None and record.will is None
+
+        await _until(without_its_will)
+        assert ended == ["away"]
+        monkeypatch.undo()
+
+    async def restarted(broker: Broker) -> None:
+        await _until(lambda: read_record(str(root), "away") is None)  # ended at start
+        watcher = connect_peer(broker, "watcher", expiry=600, clean=False)
+        await _until(lambda: any(isinstance(p, Publish) for p in watcher.inbox))
+        await asyncio.sleep(0.05)  # a second copy would come with it
+        assert _will_sent(watcher) == [b"gone"]
+
+    run_broker(tmp_path, killed_at_the_end, clock)
+    clock.advance(11)
+    run_broker(tmp_path, restarted, clock)
+
+
 def test_a_will_due_while_the_server_stops_goes_at_the_next_start(tmp_path: Path) -> None:
     """docs/mqtt.md "At a SIGTERM": a delayed Will that came due after the broker's last tick
     is not sent by its stop (no tick runs then); its record keeps it, and the next start
