@@ -510,10 +510,16 @@ def discard_unsent(moves: Iterable[Move]) -> list[int]:
 
 
 def discard_unsent_file(source: str) -> bool:
-    """`discard_unsent` for the file of one move (`commit_one`): True if it was unsent."""
-    if not os.path.lexists(source):
+    """`discard_unsent` for the file of one move (`commit_one`): True if it was unsent.
+    One unlink, no look first (a look and a delete were two calls, and a file gone between
+    them was said unsent): gone already means sent; a delete refused otherwise leaves a file
+    that was not sent all the same (best effort, as `_unlink_quietly`)."""
+    try:
+        os.unlink(source)
+    except FileNotFoundError:
         return False
-    _unlink_quietly([source])
+    except OSError:
+        pass
     return True
 
 

@@ -376,6 +376,30 @@ def test_discard_unsent_file_deletes_what_was_not_sent(tmp_path: Path) -> None:
     assert not commit.discard_unsent_file(move.source)  # gone: nothing to discard
 
 
+def test_discard_unsent_file_makes_one_call_of_the_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It looked (lexists) and then deleted: two calls for one file, and a file that went in
+    # between was said unsent all the same (found by a second read).
+    [move] = written(tmp_path, 1)
+    calls: list[str] = []
+    real_lstat, real_unlink = os.lstat, os.unlink
+
+    def lstat(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        calls.append("lstat")
+        return real_lstat(path)
+
+    def unlink(path: str, *args: object, **kwargs: object) -> None:
+        calls.append("unlink")
+        real_unlink(path)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert commit.discard_unsent_file(move.source)
+    assert not commit.discard_unsent_file(move.source)
+    assert calls == ["unlink", "unlink"]
+
+
 @pytest.mark.parametrize("failing", ["flush_filesystem", "flush_directories"])
 def test_a_flush_interrupted_by_no_os_error_tells_its_callers_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
