@@ -455,6 +455,49 @@ def test_a_first_get_on_a_deep_queue_lists_target_once(
     assert os.listdir(root / "jobs" / "error") == ["4.1796094129337178-1.T"]
 
 
+def test_a_later_get_after_many_new_names_lists_target_once(
+    root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A get after more than 100 names it had not seen listed target/ twice (the names alone,
+    # then again for their file types; found at an earlier stop). The new names that are no
+    # file are told by the one listing still: no lstat of each name.
+    jobs = box.queue("jobs")
+    jobs.put(b"first")
+    first = jobs.get()  # the names of target/ known from now
+    assert first is not None
+    ids = jobs.put_many([b"x"] * 500)
+    target = root / "jobs" / "target"
+    (target / "4.1796094129337178-1.T").mkdir()  # a new stray, told by the one listing
+    listed: list[str] = []
+    stated: list[str] = []
+    real_listdir, real_scandir, real_lstat = os.listdir, os.scandir, os.lstat
+
+    def listdir(path: str) -> list[str]:
+        listed.append(os.fspath(path))
+        return real_listdir(path)
+
+    def scandir(path: str) -> object:
+        listed.append(os.fspath(path))
+        return real_scandir(path)
+
+    def lstat(path: str | os.PathLike[str], *args: object, **kwargs: object) -> os.stat_result:
+        stated.append(os.fspath(path))
+        return real_lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "lstat", lstat)
+    got = jobs.get()
+    monkeypatch.undo()
+    assert got is not None
+    assert got.id == ids[0]
+    assert listed.count(str(target)) == 1
+    assert [path for path in stated if path.startswith(str(target))] == [
+        str(target / "4.1796094129337178-1.T")  # the stray alone, looked at again
+    ]
+    assert os.listdir(root / "jobs" / "error") == ["4.1796094129337178-1.T"]
+
+
 def test_a_first_get_on_a_deep_queue_decodes_only_what_its_name_does_not_rank(
     root: Path, box: boxmq.Box, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -300,14 +300,6 @@ class Dropbox:
                 elif strays is not None:
                     strays.append(entry.name)
 
-    def names(self, state: State) -> list[str]:
-        """Every name in one state folder, files or not (`kind` tells), in one listing made
-        in C: a deep folder read at every `get` costs a fraction of what `scan` does."""
-        try:
-            return os.listdir(self._dirs[state])
-        except FileNotFoundError:
-            return []  # a state folder nobody made yet holds nothing
-
     def kind(self, state: State, name: str) -> bool | None:
         """Whether state/<name> is a regular file (False: a directory, a symbolic link, a
         named pipe, as `scan` tells strays); None if it is gone."""
@@ -316,16 +308,12 @@ class Dropbox:
         except FileNotFoundError:
             return None
 
-    def not_regular(self, state: State) -> set[str]:
-        """The names in one state folder that are no regular file, from one listing's file
-        types (no stat per name where the file system gives them, as ext4, xfs and tmpfs
-        do): what `kind` tells name by name, for a look at many names at once."""
-        return self.typed_names(state)[1]
-
     def typed_names(self, state: State) -> tuple[list[str], set[str]]:
-        """`names` and `not_regular` from one listing: a first `get` on a deep queue listed
-        target/ twice for them, and made an `Entry` of each file only to drop it (more than half
-        of the 100 ms that took at 100,000 names: 43 ms now)."""
+        """Every name in one state folder, files or not, and those of them that are no regular
+        file, from one listing's file types (no stat per name where the file system gives
+        them, as ext4, xfs and tmpfs do; `kind` tells one name). What a `get` reads of
+        target/: a first one on a deep queue listed it twice, and made an `Entry` of each file
+        only to drop it (more than half of the 100 ms that took at 100,000 names: 43 ms now)."""
         names: list[str] = []
         odd: set[str] = set()
         try:
