@@ -156,18 +156,13 @@ def _interrupted(args: argparse.Namespace, queue: Queue, folder: str, others: st
     """What a Ctrl-C left of a purge or a requeue of `folder`. A big folder is a long run of
     deletes or renames (a purge of 200,000 took 100 s on a disk that discards freed blocks):
     a Ctrl-C stops it between two, and the user learnt nothing of how far it went."""
-    left = getattr(queue.counts(), _FOLDER_COUNT[folder])
+    left = queue.count(folder)  # that folder alone: counts() lists all six
     output.err(
         output.said(
             f"{output.said_by(args)}: interrupted: {left} message(s) left in {folder}/ of "
             f"{args.queue}, the others {others}"
         )
     )
-
-
-# The count of `ls` for each folder purge or requeue takes (ready: a lock whose deadline
-# passed too).
-_FOLDER_COUNT = {"target": "ready", "processed": "done", "error": "dead", "expired": "expired"}
 
 
 def delete(args: argparse.Namespace, box: Box) -> int:

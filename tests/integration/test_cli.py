@@ -2729,6 +2729,43 @@ def test_a_purge_stopped_by_ctrl_c_says_what_it_left(
     assert len(os.listdir(root / "jobs" / "target")) == 40
 
 
+def test_a_purge_stopped_by_ctrl_c_counts_only_the_folder_it_purged(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The line of the test above counted every folder of the queue (`ls`'s counts: six
+    # listings, processed/ and its 200,000 done ones too) for the one it names (found at an
+    # earlier stop). A lock whose deadline passed is in no count of target/: a purge leaves it.
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"x"] * 21)
+        held = jobs.get(lock_timeout=0.001)
+        assert held is not None
+    listed: list[str] = []
+    real_scandir, real_listdir = os.scandir, os.listdir
+
+    def scandir(path: str) -> object:
+        listed.append(path)
+        return real_scandir(path)
+
+    def listdir(path: str) -> list[str]:
+        listed.append(path)
+        return real_listdir(path)
+
+    def ctrl_c(self: Dropbox, state: State, name: str) -> bool:
+        monkeypatch.setattr(os, "scandir", scandir)  # the listings after the interrupt
+        monkeypatch.setattr(os, "listdir", listdir)
+        raise KeyboardInterrupt  # what SIGINT raises before the first delete
+
+    monkeypatch.setattr(Dropbox, "remove", ctrl_c)
+    assert cli.main(["--data", str(root), "purge", "jobs"]) == 130
+    monkeypatch.undo()
+    assert capsys.readouterr().err == (
+        "boxmq purge: interrupted: 20 message(s) left in target/ of jobs, the others deleted "
+        "(purge again to delete them)\n"
+    )
+    assert [os.path.basename(path) for path in listed] == ["target"]
+
+
 def test_a_delete_stopped_by_ctrl_c_says_the_queue_is_gone_and_who_clears_the_rest(
     root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

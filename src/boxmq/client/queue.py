@@ -543,6 +543,14 @@ class Queue:
         files as they lie said `locked` until a sweep moved it, and `ls` said `ready`."""
         return counts_of(self._box, self._now())
 
+    def count(self, state: State | str = State.TARGET) -> int:
+        """The messages in one state folder as they lie, from its listing alone, where
+        `counts` lists all six (a lock whose deadline passed is in processing/ still; error/
+        counts what is no regular file too, as `counts` does): what a purge or a requeue
+        interrupted left of the folder it empties."""
+        state = state_of(state)
+        return self._box.count(state, strays=state is State.ERROR)
+
     def peek(self, *, state: State | str = State.TARGET, limit: int | None = None) -> list[Peeked]:
         """Messages in one state folder without locking them, in delivery order for target/;
         at most `limit` (an int >= 1) of them, or all with None."""
