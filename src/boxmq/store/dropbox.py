@@ -331,9 +331,16 @@ class Dropbox:
         """The files in one state folder; with `strays`, what is there but not a regular file
         too (in error/: a directory or a pipe set aside from target/ is a dead letter all the
         same, for whoever watches their count)."""
-        found: list[str] | None = [] if strays else None
-        files = sum(1 for _ in self.scan(state, found))
-        return files + (len(found) if found is not None else 0)
+        # Counted from the listing's file types, with no `Entry` of each file as `scan`
+        # makes: about half of what `boxmq ls` cost on 200,000 messages.
+        try:
+            entries = os.scandir(self._dirs[state])
+        except FileNotFoundError:
+            return 0  # a state folder nobody made yet holds nothing
+        with entries:
+            if strays:
+                return sum(1 for _ in entries)
+            return sum(entry.is_file(follow_symlinks=False) for entry in entries)
 
     def move(self, source: State, name: str, target: State, new_name: str | None = None) -> bool:
         """`place`: True if the file was moved, False if it was gone. A caller that keeps

@@ -12,6 +12,7 @@ import pytest
 from tests.stats import recorded_stats
 
 from boxmq.errors import QueueNotFound
+from boxmq.store import dropbox as dropbox_module
 from boxmq.store.commit import Committer, FsyncPolicy
 from boxmq.store.dropbox import Dropbox, NotAFile
 from boxmq.store.layout import State, remove_dropbox
@@ -242,3 +243,30 @@ def test_remove_dropbox_deletes_whatever_stands_at_target(tmp_path: Path, made: 
         target.symlink_to(tmp_path / "gone")
     assert remove_dropbox(str(tmp_path), str(path)) is (made != "nothing")
     assert path.exists() is (made == "nothing")
+
+
+def test_count_makes_no_entry_of_each_file(
+    tmp_path: Path, committer: Committer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `boxmq ls` and `stats` count every folder: count made an Entry of each file only to
+    # count it, about half of what `ls` cost on 200,000 messages (found at an earlier stop).
+    # The counts stay: regular files, and with `strays` what is no regular file too.
+    box = Dropbox(str(tmp_path / "q"), committer)
+    for name in ("a", "b", "c"):
+        (tmp_path / "q" / "error" / name).write_text("m")
+    (tmp_path / "q" / "error" / "d").mkdir()
+    os.symlink("a", tmp_path / "q" / "error" / "e")
+    made: list[str] = []
+    real = dropbox_module.Entry
+
+    def entry(name: str, path: str) -> dropbox_module.Entry:
+        made.append(name)
+        return real(name, path)
+
+    monkeypatch.setattr(dropbox_module, "Entry", entry)
+    assert box.count(State.ERROR) == 3
+    assert box.count(State.ERROR, strays=True) == 5
+    assert box.count(State.TARGET) == 0
+    assert made == []
+    os.rmdir(tmp_path / "q" / "target")
+    assert box.count(State.TARGET) == 0  # a folder gone holds nothing
