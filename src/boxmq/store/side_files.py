@@ -76,11 +76,16 @@ _WARNED = 1024  # missing keys remembered so each is logged once
 
 @dataclass(frozen=True, slots=True)
 class Placed:
-    """What `SideFiles.place` did: the key, and the file it made (st_dev, st_ino) where no
-    file was; None if it reused one, which other messages may name."""
+    """What `SideFiles.place` did: the key, and the file it made (st_dev, st_ino,
+    st_mtime_ns) where no file was; None if it reused one, which other messages may name.
+
+    The inode alone was no identity: once a put replaced the file made (over the same bytes),
+    its inode was free, and the next put of those bytes took it at once on ext4 or tmpfs, for
+    a file other messages name. Its mtime, stamped at its write (a rename keeps it), tells
+    them apart unless both were written within one tick of the clock (a few ms)."""
 
     key: str
-    made: tuple[int, int] | None
+    made: tuple[int, int, int] | None
 
 
 class SideFiles:
@@ -114,7 +119,7 @@ class SideFiles:
             while (made := self._placed(temporary, target, data)) is None:
                 pass  # `collect` took the old file away meanwhile: place ours
         self._remember(key, data)
-        return Placed(key, (written.st_dev, written.st_ino) if made else None)
+        return Placed(key, _identity(written) if made else None)
 
     def _placed(self, temporary: str, target: str, data: bytes) -> bool | None:
         """True if `temporary` went where no file was, False if over the same bytes; None if
@@ -154,7 +159,7 @@ class SideFiles:
             return
         with contextlib.suppress(OSError):
             status = os.stat(aside)
-            if (status.st_dev, status.st_ino) != placed.made:
+            if _identity(status) != placed.made:
                 try:  # another put's: back, unless a put made the key anew meanwhile
                     rename_noreplace(aside, path)
                     return
@@ -310,6 +315,11 @@ def _first_line(path: str) -> str:
     finally:
         os.close(fd)
     return (header or b"").decode("utf-8", "replace")
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int]:
+    """The file a `place` made, as `Placed.made` knows it."""
+    return status.st_dev, status.st_ino, status.st_mtime_ns
 
 
 def key_of(data: bytes) -> str:

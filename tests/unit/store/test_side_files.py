@@ -97,6 +97,30 @@ def test_a_put_while_withdraw_looks_keeps_the_file_it_makes(
     assert SideFiles(str(tmp_path)).get(made.key) == b"props"
 
 
+def test_withdraw_keeps_a_file_of_another_put_that_took_the_same_inode(tmp_path: Path) -> None:
+    """A file known by its inode alone: once a put replaced the file `place` made (its inode
+    freed), a later put of the same bytes could write its own in that very inode, which the
+    withdraw of the first then deleted, a side file other messages named (found at an earlier
+    stop). The file's mtime tells them apart too."""
+    side = SideFiles(str(tmp_path))
+    for _ in range(50):  # a freed inode is taken again at once on ext4 or tmpfs, not always
+        made = side.place(b"props")
+        time.sleep(0.01)  # past the clock's tick, which stamps the mtimes
+        assert side.place(b"props").made is None  # another message's: over the same bytes
+        time.sleep(0.01)
+        assert side.place(b"props").made is None  # and a third's, in a freed inode
+        status = os.stat(os.path.join(side.path, made.key))
+        assert made.made is not None
+        if (status.st_dev, status.st_ino) == made.made[:2]:
+            break
+        os.unlink(os.path.join(side.path, made.key))  # try again from none
+    else:
+        pytest.skip("this file system took no freed inode again")
+    side.withdraw(made)
+    assert os.listdir(side.path) == [made.key]
+    assert SideFiles(str(tmp_path)).get(made.key) == b"props"
+
+
 def test_get_serves_from_its_cache_and_checks_what_it_reads(tmp_path: Path) -> None:
     side = SideFiles(str(tmp_path))
     key = side.put(b"props")
