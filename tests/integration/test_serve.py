@@ -117,6 +117,36 @@ def test_serve_sweeps_the_temporaries_of_mqtt_session_records(root: Path) -> Non
         stop(server, seconds=10)
 
 
+def test_a_records_folder_that_cannot_be_listed_stops_the_start_with_what_to_fix(
+    root: Path,
+) -> None:
+    """A session record that cannot be read waits alone (Lifetimes.resume_unread); the folder
+    of them that cannot be listed (EACCES, EIO; a link to itself here) leaves no session
+    known, so the start stops, as a recovery that fails does (docs/operations.md). It said
+    the folder and the errno's text alone, not what the folder is nor what to fix (found at
+    an earlier stop); `session ls` says the same."""
+    boxmq.open(root, fsync="never").close()
+    folder = root / ".mqtt" / "sessions"
+    folder.parent.mkdir()
+    os.symlink("sessions", folder)
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root)]
+    said = (
+        f"the MQTT session records in {folder} cannot be listed: ELOOP (Too many levels of "
+        "symbolic links); a symbolic link that leads nowhere stands there: make it a folder. "
+        "No persistent session is known until then (a record alone that cannot be read only "
+        "waits for its own session)\n"
+    )
+    served = subprocess.run(
+        [*command, "serve", "--mqtt", "127.0.0.1:0"], capture_output=True, text=True, timeout=60
+    )
+    assert served.returncode == 1
+    assert served.stderr.endswith(f"\nboxmq serve: {said}")
+    assert "Traceback" not in served.stderr
+    listed = subprocess.run([*command, "session", "ls"], capture_output=True, text=True, timeout=60)
+    assert (listed.returncode, listed.stdout, listed.stderr) == (1, "", f"boxmq session ls: {said}")
+    assert os.readlink(folder) == "sessions"  # left as it is
+
+
 def test_a_sweep_the_file_system_fails_is_told_and_serving_goes_on(
     root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

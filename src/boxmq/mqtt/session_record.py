@@ -95,6 +95,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -103,7 +104,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from boxmq.errors import InvalidName, ProtocolViolation, store_failure
+from boxmq.errors import BoxMQError, InvalidName, ProtocolViolation, store_failure
 from boxmq.mqtt.framing import PacketType, encode_varint
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import read_properties
@@ -117,6 +118,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "AwayAtStart",
     "DeliveryOptions",
+    "RecordsUnlisted",
     "SessionRecord",
     "read_record",
     "read_record_file",
@@ -435,37 +437,73 @@ def read_records(root: str, unread: list[str] | None = None) -> Iterator[Session
     refuses to read (EIO of a failing disk, ELOOP, EISDIR) is skipped too, told at ERROR,
     and its path added to `unread` (a broker's start reads it again later, Lifetimes):
     raised, one such file stopped `boxmq serve` from starting and `boxmq session ls` from
-    listing the others. Neither is deleted or written: the session is the user's."""
-    with contextlib.suppress(FileNotFoundError), os.scandir(records_folder(root)) as entries:
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue  # a record being written
-            try:
-                record = _read_strictly(entry.path)
-            except ValueError as error:
-                log.warning(
-                    "%s is no session record this boxmq reads (%s): its session is not "
-                    "listed, timed or ended, and its Will is not sent; the next connection "
-                    "of its client replaces it, or delete the file to forget the session "
-                    "(its subscriptions stay: `boxmq unsubscribe --name`)",
-                    entry.path,
-                    error,
-                )
-                continue
-            except OSError as error:
-                log.error(
-                    "%s cannot be read (%s): its session is not listed, timed or ended, and "
-                    "its Will is not sent, while it cannot (a server takes it on once it "
-                    "reads, and refuses its client's CONNECT as a disk failure till then); "
-                    "the file is left as it is",
-                    entry.path,
-                    store_failure(error),
-                )
-                if unread is not None:
-                    unread.append(entry.path)
-                continue
-            if record is not None:
-                yield record
+    listing the others. Neither is deleted or written: the session is the user's.
+
+    The folder itself that cannot be listed (EACCES, EIO, a link to nothing) raises
+    `RecordsUnlisted`: no session of it is known then, so none can be skipped alone."""
+    for entry in _listed(records_folder(root)):
+        if entry.name.startswith("."):
+            continue  # a record being written
+        try:
+            record = _read_strictly(entry.path)
+        except ValueError as error:
+            log.warning(
+                "%s is no session record this boxmq reads (%s): its session is not "
+                "listed, timed or ended, and its Will is not sent; the next connection "
+                "of its client replaces it, or delete the file to forget the session "
+                "(its subscriptions stay: `boxmq unsubscribe --name`)",
+                entry.path,
+                error,
+            )
+            continue
+        except OSError as error:
+            log.error(
+                "%s cannot be read (%s): its session is not listed, timed or ended, and "
+                "its Will is not sent, while it cannot (a server takes it on once it "
+                "reads, and refuses its client's CONNECT as a disk failure till then); "
+                "the file is left as it is",
+                entry.path,
+                store_failure(error),
+            )
+            if unread is not None:
+                unread.append(entry.path)
+            continue
+        if record is not None:
+            yield record
+
+
+class RecordsUnlisted(BoxMQError):
+    """The folder of the session records cannot be listed: what `boxmq serve` stops its start
+    with (its sessions could be neither timed, ended nor taken on), and `session ls` says."""
+
+    def __init__(self, folder: str, error: OSError) -> None:
+        name = errno.errorcode.get(error.errno or 0, "unknown error")
+        remedy = _UNLISTED_REMEDIES.get(error.errno or 0, "check the file system of the root")
+        super().__init__(
+            f"the MQTT session records in {folder} cannot be listed: {name} ({error.strerror}); "
+            f"{remedy}. No persistent session is known until then (a record alone that cannot "
+            "be read only waits for its own session)"
+        )
+
+
+_UNLISTED_REMEDIES = {
+    errno.EACCES: "give this user read and search access to the folder",
+    errno.EPERM: "give this user read and search access to the folder",
+    errno.EIO: "the disk reported an I/O error: check the device (dmesg) before going on",
+    errno.ENOTDIR: "a file stands where the folder must be: make it a folder",
+    errno.ELOOP: "a symbolic link that leads nowhere stands there: make it a folder",
+}
+
+
+def _listed(folder: str) -> Iterator[os.DirEntry[str]]:
+    """The entries of `folder`, none if it was never made; its failure as `RecordsUnlisted`."""
+    try:
+        with os.scandir(folder) as entries:
+            yield from entries
+    except FileNotFoundError:
+        return  # no session was ever recorded here
+    except OSError as error:
+        raise RecordsUnlisted(folder, error) from error
 
 
 def read_record_file(path: str) -> SessionRecord | None:
