@@ -241,6 +241,11 @@ def parser() -> argparse.ArgumentParser:
     commands.add("ls", "queues and subscriptions, with their counts", _ls_arguments)
     commands.add("session", "list the persistent MQTT sessions, or end one", _session_arguments)
     commands.add(
+        "retained",
+        "list the retained messages of a topic filter, without subscribing",
+        _retained_arguments,
+    )
+    commands.add(
         "passwd",
         "add a user to an MQTT password file, change their password, or delete them",
         _passwd_arguments,
@@ -495,6 +500,20 @@ def _ls_arguments(p: argparse.ArgumentParser) -> None:
     from boxmq import cli_queues  # here: put, get and ack need none of it
 
     p.set_defaults(command=cli_queues.ls)
+
+
+def _retained_arguments(p: argparse.ArgumentParser) -> None:
+    from boxmq import cli_retained  # here: put, get and ack need none of it
+
+    p.set_defaults(command=cli_retained.retained)
+    p.add_argument(
+        "filter",
+        nargs="?",
+        default="#",
+        metavar="FILTER",
+        help="an MQTT topic filter, as a subscription's (default '#': every topic not "
+        "starting with $)",
+    )
 
 
 def _session_arguments(p: argparse.ArgumentParser) -> None:

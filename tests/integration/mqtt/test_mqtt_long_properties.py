@@ -7,7 +7,10 @@ must come back intact, after a restart too (docs/file-format.md, "The 255-byte l
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +158,28 @@ def test_a_qos2_message_on_a_long_topic_leaves_no_side_file_nothing_names(
     kept = sorted(os.listdir(side)) if side.exists() else []
     assert kept == sorted(referenced(str(server.root)))
     assert len(kept) == (1 if retain else 0)
+
+
+def test_boxmq_retained_shows_a_retained_message_s_long_properties(
+    server: RunningServer,
+) -> None:
+    """`boxmq retained` lists what a later subscriber would be sent: on a topic whose name
+    has no room for them, its properties come from the side file its header names, as the
+    subscriber's do."""
+    publisher = paho(server, "pub")
+    publisher.publish(LONG_TOPIC, b"v1", 2, retain=True, properties=_long_properties())
+    later = paho(server, "later")  # the retained message is in place: a subscriber gets it
+    later.subscribe("cfg/#", 2)
+    assert later.next().payload == b"v1"
+    listed = subprocess.run(
+        [sys.executable, "-m", "boxmq.cli", "--data", str(server.root), "--json", "retained"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    [row] = json.loads(listed.stdout)
+    assert (row["topic"], row["bytes"], row["qos"], row["expires-in"]) == (LONG_TOPIC, 2, 2, None)
+    assert row["reply-to"] == RESPONSE_TOPIC
+    assert row["correlation-id"] == CORRELATION.decode()  # as `get --json` shows it
+    assert {name: row["properties"][name] for name, _ in USER} == dict(USER)
