@@ -20,6 +20,7 @@ from boxmq.clock import ManualClock
 from boxmq.model import PROPERTIES_FILE, V5_PROPERTIES, Envelope, MessageId, Property, PropertyType
 from boxmq.mqtt.properties import Properties
 from boxmq.spark import COLUMNS
+from boxmq.spark.claims import Budget, Claims
 from boxmq.spark.session import _cores
 from boxmq.spark.source import STRUCT, BoxMQDataSource, FilesPartition, _split
 from boxmq.store.layout import queue_path
@@ -28,6 +29,7 @@ from boxmq.store.side_files import SideFiles
 
 Finish = Callable[[StreamingQuery], StreamingQuery]
 NOW = 1_800_000_000.0
+STATES = ("target", "processing")
 
 
 @pytest.fixture
@@ -356,3 +358,31 @@ def test_the_properties_of_an_mqtt_v5_message_are_read_decoded(
     ]
     # An MQTT v5 request's Response Topic and Correlation Data, as `Message` shows them.
     assert [(row.reply_to, row.correlation_id) for row in rows] == [(None, None), ("r/7", "req-7")]
+
+
+def test_a_checkpoint_of_another_queue_is_refused_and_loses_nothing(
+    spark: SparkSession, root: str, tmp_path: Path, finish: Finish
+) -> None:
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("a").put_many([f"a{i}".encode() for i in range(5)])
+        box.queue("b").put_many([f"b{i}".encode() for i in range(3)])
+    # A query on b planned and claimed a batch, then its driver died (nothing acknowledged).
+    killed = Claims(root, queue_path(root, "b"), "spark", lock_timeout=86_400.0, flush=False)
+    end = killed.next_end(0, Budget())
+    for claim in killed.between(0, end):
+        target, processing = (os.path.join(queue_path(root, "b"), s) for s in STATES)
+        os.rename(os.path.join(target, claim.name), os.path.join(processing, claim.locked))
+    killed.close()
+
+    def parquet(queue: str) -> StreamingQuery:
+        frame = _stream(spark, root, queue=queue).select("message_id", "body")
+        writer = frame.writeStream.format("parquet").option("path", str(tmp_path / queue))
+        writer = writer.option("checkpointLocation", str(tmp_path / "chk"))
+        return writer.trigger(availableNow=True).start()
+
+    finish(parquet("a"))  # the checkpoint's offsets are a's numbers, up to 5
+    # Reused for b, its 5 acknowledged b's three claims (numbers 1-3) unread: lost.
+    with pytest.raises(Exception, match=r"checkpoint.*queue 'a'.*new checkpointLocation"):
+        finish(parquet("b"))
+    assert _count(root, "b", "processing") == 3
+    assert _count(root, "b", "processed") == 0

@@ -150,18 +150,31 @@ class _BatchReader(DataSourceReader):
         return _read(partition, self._schema)
 
 
-def _seq(offset: Mapping[str, Any]) -> int:
+def _seq(offset: Mapping[str, Any], reads: Mapping[str, str]) -> int:
+    """The number of `offset`, a checkpoint's offset of the stream that `reads` names (the
+    destination and consumer, as _StreamReader._reads): a checkpoint another queue's query
+    wrote holds that stream's numbers, and the first batch acknowledged this one's claims up
+    to them, unread. An offset without them (written before 2026-12-01) is taken as it is."""
     value = offset.get("seq")
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidArgument(
             f"boxmq source: offset {dict(offset)!r} is not boxmq's; was this checkpoint "
             "written by another source? Use a new checkpointLocation"
         )
+    written = {key: offset[key] for key in ("queue", "subscription", "consumer") if key in offset}
+    if written and written != reads:
+        raise InvalidArgument(
+            f"boxmq source: this checkpoint was written by a query reading {_what(written)}; "
+            f"this one reads {_what(reads)}, whose messages its offsets would acknowledge "
+            "unread: use a new checkpointLocation (or the options it was written with)"
+        )
     return value
 
 
-def _offset(seq: int) -> dict[str, int]:
-    return {"seq": seq}  # one key: Spark compares offsets as JSON text (§4)
+def _what(reads: Mapping[str, Any]) -> str:
+    """'queue 'a' as consumer 'spark'', for an error."""
+    kind = "queue" if "queue" in reads else "subscription"
+    return f"{kind} {reads.get(kind)!r} as consumer {reads.get('consumer')!r}"
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -173,6 +186,16 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._schema = schema
         self._claims: Claims | None = None  # made in the runner, on the first offset call
         self._only: frozenset[str] | None = None
+        # Written in every offset, and checked in each one read from the checkpoint.
+        kind = "queue" if options.queue is not None else "subscription"
+        self._reads = {kind: options.destination, "consumer": options.consumer}
+
+    def _offset(self, seq: int) -> dict[str, Any]:
+        # Always the same keys in the same order: Spark compares offsets as JSON text (§4).
+        return {"seq": seq, **self._reads}
+
+    def _seq(self, offset: Mapping[str, Any]) -> int:
+        return _seq(offset, self._reads)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -191,10 +214,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
         return self._claims
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         # 0, not the high-water mark: claims a previous checkpoint left in processing/ are
         # read again rather than acknowledged unread (at-least-once; docs/spark.md).
-        return _offset(0)
+        return self._offset(0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self._options.max_records is not None:
@@ -208,10 +231,14 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # lost data in the prototype).
         self._only = self._book().snapshot()
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         # Spark never calls commit() for the last batch, and calls this only once the previous
         # batch is in its commit log: so everything up to `start` is acknowledged here too.
-        return _offset(self._book().next_end(_seq(start), self._budget(limit), self._only))
+        first = self._seq(start)
+        end = self._book().next_end(first, self._budget(limit), self._only)
+        # Nothing new is `start` as it was: an offset written before the destination was in it
+        # would otherwise differ as text and make an empty batch.
+        return start if end == first else self._offset(end)
 
     def _budget(self, limit: ReadLimit) -> Budget:
         if isinstance(limit, ReadAllAvailable):
@@ -227,7 +254,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         # The tasks claim what the batch's plan numbered, then read it (plans.py).
-        claims = self._book().between(_seq(start), _seq(end))
+        claims = self._book().between(self._seq(start), self._seq(end))
         directory = os.path.join(self._dropbox, State.PROCESSING.value)
         target = os.path.join(self._dropbox, State.TARGET.value)
         destination = self._options.destination
@@ -249,7 +276,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(partition, self._schema)
 
     def commit(self, end: dict[str, Any]) -> None:
-        self._book().ack(_seq(end))
+        self._book().ack(self._seq(end))
 
     def stop(self) -> None:
         if self._claims is not None:
