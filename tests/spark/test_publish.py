@@ -10,6 +10,7 @@ import pytest
 from tests.crashes import Killed, kill_at, take_everything
 
 import boxmq
+from boxmq.errors import QueueNotFound
 from boxmq.ids import IdFactory
 from boxmq.model import TOPIC, Envelope, PropertyType
 from boxmq.spark.publish import Destination, Publisher, ensure_queue, stage_dir, write_staged
@@ -99,6 +100,26 @@ def test_a_queue_deleted_under_a_running_sink_is_made_again_by_its_next_batch(
     staged = [_stage(destination, "job", 4, "0-0", ["a", "b"])]
 
     assert Publisher(destination, FsyncPolicy.NEVER).commit("job", 4, staged) == 2
+    assert _bodies(box, "out") == ["a", "b"]
+
+
+def test_a_batch_whose_staged_rows_were_deleted_with_the_queue_fails_and_its_replay_publishes(
+    box: boxmq.Box,
+) -> None:
+    """The queue deleted between the tasks' staging (in its working/) and the driver's commit:
+    the commit found no folder, published nothing and recorded the batch, whose rows the
+    source then acknowledged: lost. It fails now, so the batch is run again (found by a Spark
+    hunt)."""
+    destination = Destination(box.root, "out")
+    ensure_queue(destination)
+    publisher = Publisher(destination, FsyncPolicy.NEVER)
+    staged = [_stage(destination, "job", 2, "0-0", ["a", "b"])]
+    assert box.delete_queue("out")  # `boxmq delete out --force` during the batch
+
+    with pytest.raises(QueueNotFound, match=r"staged rows of batch 2 .* were deleted"):
+        publisher.commit("job", 2, staged)
+    again = [_stage(destination, "job", 2, "0-1", ["a", "b"])]  # Spark runs batch 2 again
+    assert publisher.commit("job", 2, again) == 2
     assert _bodies(box, "out") == ["a", "b"]
 
 

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import boxmq
+from boxmq.errors import BoxMQError, QueueNotFound
 from boxmq.model import Envelope
 from boxmq.spark.durable import write_json
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_filesystem
@@ -125,6 +126,8 @@ class Publisher:
             self._cleanup(job, batch)  # a replay of a batch already published: nothing to do
             return 0
         if intent is None:
+            # Before the intent, which a replay would finish from these same folders.
+            self._check_staged(batch, folders)
             self._write(f"{job}.intent", {"batch": batch, "folders": list(folders)})
         else:
             folders = intent[1]  # finish the crashed commit; this attempt's files are dropped
@@ -151,6 +154,24 @@ class Publisher:
             with contextlib.suppress(OSError):
                 os.rmdir(folder)  # only once empty, as _cleanup leaves them
         return {folder for folder in folders if not os.path.lexists(folder)}
+
+    def _check_staged(self, batch: int, folders: Sequence[str]) -> None:
+        """Every task's folder is there (each task makes its own, rows or none): one gone was
+        deleted, with what it staged, under the running query (a queue's with the queue, as
+        `boxmq delete` takes working/ too). Published as it is, the batch was recorded with
+        those rows missing, and its source acknowledged them: lost. Failed, the batch is run
+        again (the boxmq source reads the same messages) and staged afresh."""
+        gone = [folder for folder in folders if not os.path.isdir(folder)]
+        if not gone:
+            return
+        queue = self._destination.queue
+        where = f"queue {queue!r} deleted" if queue is not None else "their folder deleted"
+        error = QueueNotFound if queue is not None else BoxMQError
+        raise error(
+            f"boxmq sink: the staged rows of batch {batch} ({len(gone)} task(s)'s, in {gone[0]}) "
+            f"were deleted before they were published ({where} under the running query?); "
+            "restart the query from its checkpoint: the batch is run again and nothing is lost"
+        )
 
     # -- steps ---------------------------------------------------------------------------------
 
