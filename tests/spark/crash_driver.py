@@ -4,6 +4,8 @@
 
 MODE "publish": queue "in" → boxmq sink (queue "out"); the kill comes inside the sink's commit
 of batch KILL_AT, after its messages are published and before Spark writes its commit log.
+MODE "topicpublish": as "publish", from the share group "$share/etl/in/#" to the topic
+"out/copy" (the test registers the member and a subscription "out/#" of "collector" first).
 MODE "midpublish": as "publish", but the kill comes in the middle of the sink's commit of
 batch KILL_AT: at the sixth unlink or rename it makes, so some messages are out and others
 still staged (with the old link-then-unlink publishing: just after a link, before its unlink).
@@ -144,7 +146,7 @@ class CrashingWriter(BoxMQStreamWriter):
                 os.unlink, os.rename = unlink, rename
             return
         super().commit(messages, batchId)  # published: the messages are in "out" now
-        if MODE == "publish" and batchId == KILL_AT:
+        if MODE in ("publish", "topicpublish") and batchId == KILL_AT:
             _die_once("commit")
 
 
@@ -165,15 +167,16 @@ def main() -> None:
     jvm = {"spark.driver.defaultJavaOptions": JVM_OPTIONS}
     spark = boxmq.spark.local_session("crash-driver", config=jvm)
     spark.dataSource.register(CrashingSource)
+    topics = MODE == "topicpublish"
     stream = (
         spark.readStream.format("boxmq_crash")
         .option("root", ROOT)
-        .option("queue", "in")
+        .option(*(("subscription", "$share/etl/in/#") if topics else ("queue", "in")))
         .option("maxRecordsPerTrigger", 20)
         .option("numPartitions", 2)
         .load()
     )
-    if MODE in ("publish", "midpublish", "midack"):
+    if MODE in ("publish", "topicpublish", "midpublish", "midack"):
         # New ids for the copies, the original id in a property: a message published twice
         # would show as two messages, not hide behind one file name.
         copies = stream.select(col("body"), create_map(lit("source_id"), col("message_id")))
@@ -181,7 +184,7 @@ def main() -> None:
             copies.toDF("body", "properties")
             .writeStream.format("boxmq_crash")
             .option("root", ROOT)
-            .option("queue", "out")
+            .option(*(("topic", "out/copy") if topics else ("queue", "out")))
         )
     else:
         writer = stream.select("message_id", "body").writeStream.format("parquet")

@@ -25,6 +25,7 @@ from tests.spark.jvm import JVM_OPTIONS
 
 import boxmq
 from boxmq.model import MessageId
+from boxmq.spark.options import subscription_dropbox
 from boxmq.store.layout import queue_path
 from boxmq.store.names import decode_lenient
 
@@ -107,6 +108,37 @@ def test_exactly_once_when_killed_between_the_sinks_publish_and_sparks_commit(
     sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
     assert sorted(sources) == sorted(ids)  # every message once...
     assert set(sources.values()) == {1}  # ...and not one twice
+
+
+def test_exactly_once_from_a_share_group_to_a_topic_when_killed_after_the_sinks_publish(
+    tmp_path: Path, spark_missing: str | None
+) -> None:
+    """As above, with the stream on a share group and the sink publishing to a topic: the
+    claims live in the group's dropbox, the copies fan out to a subscription."""
+    if spark_missing is not None:
+        pytest.skip(spark_missing)
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        box.topics.attach_dropbox("$share/etl/in/#", "spark")  # as the stream registers it
+        box.topics.attach_dropbox("out/#", "collector")
+        ids = [box.publish(f"in/{i % 3}", f"reading {i}") for i in range(MESSAGES)]
+    first = _run("topicpublish", tmp_path)
+    log = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
+    assert first == -signal.SIGKILL, f"the first run was to be killed; it ended {first}:\n{log}"
+    assert (tmp_path / "killed").read_text() == "commit"
+    second = _run("topicpublish", tmp_path)
+    log = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
+    assert second == 0, f"the restart failed:\n{log}"
+
+    with boxmq.open(tmp_path / "data") as box:
+        copies = box.subscription("out/#", "collector").peek()
+        group = subscription_dropbox(box.root, "$share/etl/in/#", "spark")
+    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
+    assert sorted(sources) == sorted(ids)  # every message once...
+    assert set(sources.values()) == {1}  # ...and not one twice
+    assert {p.envelope.topic for p in copies} == {"out/copy"}
+    left = [len(os.listdir(os.path.join(group, state))) for state in ("target", "processing")]
+    assert left == [0, 0]  # the group's messages all acknowledged
+    assert len(os.listdir(os.path.join(group, "processed"))) == MESSAGES
 
 
 def test_exactly_once_when_killed_in_the_middle_of_the_sinks_publish(
