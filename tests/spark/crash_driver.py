@@ -6,6 +6,8 @@ MODE "publish": queue "in" → boxmq sink (queue "out"); the kill comes inside t
 of batch KILL_AT, after its messages are published and before Spark writes its commit log.
 MODE "topicpublish": as "publish", from the share group "$share/etl/in/#" to the topic
 "out/copy" (the test registers the member and a subscription "out/#" of "collector" first).
+MODE "midplan": as "publish", but the kill comes when the source has planned batch KILL_AT
+(its plan on disk) and before Spark logs its offsets: the restart plans that batch again.
 MODE "midpublish": as "publish", but the kill comes in the middle of the sink's commit of
 batch KILL_AT: at the sixth unlink or rename it makes, so some messages are out and others
 still staged (with the old link-then-unlink publishing: just after a link, before its unlink).
@@ -82,7 +84,7 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             names = vars(claims)
             names["move_apart"] = _dying_at(names["move_apart"], [0], KILL_AT_ACK, "ack")
 
-    def initialOffset(self) -> dict[str, int]:
+    def initialOffset(self) -> dict[str, Any]:
         return dict(self.inner.initialOffset())
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -92,8 +94,11 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.inner.prepareForTriggerAvailableNow()
 
-    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
-        return dict(self.inner.latestOffset(start, limit))
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        end = dict(self.inner.latestOffset(start, limit))
+        if MODE == "midplan" and start["seq"] > 0 and end["seq"] > start["seq"]:
+            _die_once("plan")  # batch 0 ended at seq 20 > 0: this is KILL_AT's plan
+        return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         partitions: Sequence[InputPartition] = self.inner.partitions(start, end)
@@ -176,7 +181,7 @@ def main() -> None:
         .option("numPartitions", 2)
         .load()
     )
-    if MODE in ("publish", "topicpublish", "midpublish", "midack"):
+    if MODE in ("publish", "topicpublish", "midplan", "midpublish", "midack"):
         # New ids for the copies, the original id in a property: a message published twice
         # would show as two messages, not hide behind one file name.
         copies = stream.select(col("body"), create_map(lit("source_id"), col("message_id")))

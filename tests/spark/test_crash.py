@@ -110,6 +110,37 @@ def test_exactly_once_when_killed_between_the_sinks_publish_and_sparks_commit(
     assert set(sources.values()) == {1}  # ...and not one twice
 
 
+def test_exactly_once_when_killed_after_the_source_planned_a_batch_spark_never_logged(
+    tmp_path: Path, spark_missing: str | None
+) -> None:
+    """Killed in latestOffset once the plan of batch 1 is on disk, before Spark writes its
+    offsets: the restart asks for batch 1 again and gets the messages the plan numbered."""
+    if spark_missing is not None:
+        pytest.skip(spark_missing)
+    with boxmq.open(tmp_path / "data", fsync="never") as box:
+        ids = box.queue("in").put_many([f"reading {i}".encode() for i in range(MESSAGES)])
+    first = _run("midplan", tmp_path)
+    log = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
+    assert first == -signal.SIGKILL, f"the first run was to be killed; it ended {first}:\n{log}"
+    assert (tmp_path / "killed").read_text() == "plan"
+    assert {batch for batch, _ in _reads(tmp_path)} == {0}  # batch 1 was never read
+    second = _run("midplan", tmp_path)
+    log = (tmp_path / "driver.log").read_text(errors="replace")[-3000:]
+    assert second == 0, f"the restart failed:\n{log}"
+
+    reads = collections.Counter(message_id for _, message_id in _reads(tmp_path))
+    assert sorted(reads) == sorted(ids)
+    assert set(reads.values()) == {1}  # nothing read twice: batch 1 ran once, after the restart
+    folder = Path(queue_path(str(tmp_path / "data"), "in"))
+    assert sorted(os.listdir(folder / "processing")) == []
+    assert len(os.listdir(folder / "processed")) == MESSAGES
+    with boxmq.open(tmp_path / "data") as box:
+        copies = box.queue("out").peek()
+    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
+    assert sorted(sources) == sorted(ids)  # every message once...
+    assert set(sources.values()) == {1}  # ...and not one twice
+
+
 def test_exactly_once_from_a_share_group_to_a_topic_when_killed_after_the_sinks_publish(
     tmp_path: Path, spark_missing: str | None
 ) -> None:
