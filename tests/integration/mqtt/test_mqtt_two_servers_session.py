@@ -8,11 +8,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from harness.output import read_line
 from harness.ports import free_port
 from harness.stopping import kill
 from tests.integration.mqtt.clients import (
+    START,
     WAIT,
     RunningServer,
     Served,
@@ -48,7 +50,7 @@ from tests.integration.mqtt.raw import (
     take_publishes,
 )
 from tests.processes import dead_token
-from tests.waiting import logged
+from tests.waiting import logged, until
 
 from boxmq.clock import ManualClock
 from boxmq.mqtt import claim_wait
@@ -677,11 +679,33 @@ def _let_sweep(b: RunningServer) -> None:
     b.loop.call_soon_threadsafe(setattr, b.server.broker, "_next_adoption", 0.0)
 
 
-def _restart_killed(a: RunningServer) -> None:
-    """A restarted, which counts the sessions it finds from its start, then killed, before
-    a Will it counts is due, most likely."""
-    restarted = serve_process(a.root, a.port)
-    kill(restarted)
+def _restart_killed(a: RunningServer, taken_on: Callable[[], object], what: str) -> None:
+    """A restarted, which counts the sessions it finds from its start, then killed the
+    moment it has taken the session on (`taken_on`, `what` it does then), before the Will it
+    counts is due. Killed once it said it was ready, it lived on through the rest of its
+    start: a loaded machine's run found the session ended by it, its Will sent and its record
+    gone. Its MQTT door is on a port of its own (no client comes to it)."""
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(a.root), "serve"]
+    log_path = a.root.parent / "restart.log"
+    with open(log_path, "wb") as log:  # the child keeps its own copy
+        restarted = subprocess.Popen([*command, "--mqtt", "127.0.0.1:0"], stderr=log)
+    try:
+        until(
+            lambda: taken_on() or restarted.poll() is not None,
+            f"the restart did not {what} within {START:.0f} s",
+            within=START,
+            every=0.01,
+        )
+    finally:
+        kill(restarted)
+    assert restarted.returncode == -signal.SIGKILL, log_path.read_text()  # it had not ended
+
+
+def _counted(root: Path, client_id: str) -> bool:
+    """Whether `client_id`'s record says a server counts the session as away, its holder
+    gone (a restart writes it so when it finds the holder dead)."""
+    record = read_record(str(root), client_id)
+    return record is not None and record.holder is None and record.disconnected_at is not None
 
 
 def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies(
@@ -701,7 +725,7 @@ def test_a_session_taken_on_by_a_restart_is_taken_on_again_when_that_server_dies
         assert read(on_a)[0] == 0x90
         kill(process)
         on_a.close()
-        _restart_killed(a)
+        _restart_killed(a, lambda: _counted(a.root, "roamer"), "write the session as away")
         record = read_record(str(a.root), "roamer")
         assert record is not None
         assert (record.server, record.holder) == (None, None)
@@ -732,9 +756,9 @@ def test_a_session_away_a_restart_took_on_goes_to_a_survivor_when_that_restart_d
         found = read_record(str(a.root), "roamer")
         assert found is not None
         assert found.server is not None
-        _restart_killed(a)
+        dead = found.server
+        _restart_killed(a, lambda: successor(str(a.root), dead), "claim A's succession")
         assert read_record(str(a.root), "roamer") == found  # not written
-        assert successor(str(a.root), found.server) is not None  # the restart
         _let_sweep(b)
         assert watcher.next(timeout=WAIT).payload == b"gone"
         assert watcher.nothing(within=0.5)  # once
