@@ -370,11 +370,18 @@ class Paho:
 
     def stop(self) -> None:
         self.client.disconnect()
-        self.client.loop_stop()
-        # paho 2.2 leaves the socket pair that wakes its loop thread open after loop_stop:
-        # collected at the session's end, it made pytest exit 1 on a ResourceWarning though
-        # every test passed (a run of test_mqtt_dropped_files.py alone, every time).
-        self.client._reset_sockets(sockpair_only=True)
+        loop_stopped(self.client)
+
+
+def loop_stopped(client: mqtt.Client) -> None:
+    """`client.loop_stop()`, and the socket pair that woke its loop thread closed: paho 2.2
+    leaves it open after loop_stop. Collected at the session's end, it made pytest exit 1 on a
+    ResourceWarning though every test passed (a run of test_mqtt_dropped_files.py alone, every
+    time); a client in a reference cycle of its callbacks (a thread class's bound method, a
+    closure over it) may have each socket finalized before its own __del__ closes them, which
+    failed a run of test_mqtt_takeover_kill.py in three under load."""
+    client.loop_stop()
+    client._reset_sockets(sockpair_only=True)
 
 
 def paho(
@@ -525,7 +532,7 @@ class AckedPublisher(threading.Thread, Generic[Label]):
     def end(self) -> None:
         self.stop.set()
         self.join(timeout=10)
-        self.client.loop_stop()
+        loop_stopped(self.client)
 
 
 def keeper_target(server: RunningServer, filter: str) -> tuple[Paho, Path]:

@@ -35,6 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     RunningServer,
+    loop_stopped,
     paho,
     paho_properties,
     serve_fresh,
@@ -128,7 +129,7 @@ class _Publisher(threading.Thread):
         self.stop.set()
         self.join(timeout=10)
         self.client.disconnect()
-        self.client.loop_stop()
+        loop_stopped(self.client)
 
 
 def _listener(target: RunningServer, client_id: str, filter: str) -> Any:

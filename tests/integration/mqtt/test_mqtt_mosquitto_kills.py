@@ -27,6 +27,7 @@ import pytest
 from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
 from tests.integration.mqtt.clients import (
+    loop_stopped,
     mosquitto_tools,
     recorded_connected_since,
     serve_fresh,
@@ -104,7 +105,7 @@ class _Publisher(threading.Thread):
         while not self.stop.is_set() and self.sent < LIMIT:
             if client is None or not client.is_connected():
                 if client is not None:
-                    client.loop_stop()
+                    loop_stopped(client)
                 client = self._connected()
                 if client is None:
                     time.sleep(0.1)
@@ -122,7 +123,7 @@ class _Publisher(threading.Thread):
                 self.acked.append(payload)
         if client is not None:
             client.disconnect()
-            client.loop_stop()
+            loop_stopped(client)
 
 
 def _acked_past(publisher: _Publisher, count: int) -> None:
@@ -297,7 +298,7 @@ def _publish_qos2(port: int, payload: str) -> None:
         assert info.is_published()
     finally:
         client.disconnect()
-        client.loop_stop()
+        loop_stopped(client)
 
 
 def _lines_until(got: list[str], lock: threading.Lock, wanted: int, seconds: float) -> list[str]:

@@ -22,6 +22,7 @@ import pytest
 from harness.ports import free_port, free_ports
 from harness.stopping import stop
 from paho.mqtt.enums import CallbackAPIVersion
+from tests.integration.mqtt.clients import loop_stopped
 from tests.integration.mqtt.raw import connect_packet_311, string
 from tests.waiting import WAIT, until
 
@@ -132,7 +133,7 @@ class Client:
 
     def close(self) -> None:
         self.client.disconnect()
-        self.client.loop_stop()
+        loop_stopped(self.client)
 
 
 def _connect(
@@ -240,7 +241,7 @@ def test_a_client_id_with_line_breaks_cannot_write_a_line_of_its_own_in_the_log(
         assert connected.get(timeout=WAIT) == 0
     finally:
         client.disconnect()
-        client.loop_stop()
+        loop_stopped(client)
     escaped = f"client x\\n{forged}\\u2028\\x1b[2J connected from 127.0.0.1:"
     deadline = time.monotonic() + WAIT
     while escaped not in (log := served.log.read_text()):

@@ -31,6 +31,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     AckedPublisher,
+    loop_stopped,
     paho_properties,
     serve_fresh,
     serve_process,
@@ -107,7 +108,7 @@ class _Taker:
 
     def stop(self) -> None:
         self.client.disconnect()
-        self.client.loop_stop()
+        loop_stopped(self.client)
 
 
 def _acked_past(publisher: _Streamer, count: int) -> None:
