@@ -300,6 +300,15 @@ class Dropbox:
                 elif strays is not None:
                     strays.append(entry.name)
 
+    def names(self, state: State) -> list[str]:
+        """Every name in one state folder, files or not (`kind` tells), in one listing made
+        in C: what a `get` reads of target/ when it knows most names already (30 ms at 100,000
+        names, where `typed_names` takes 47)."""
+        try:
+            return os.listdir(self._dirs[state])
+        except FileNotFoundError:
+            return []  # a state folder nobody made yet holds nothing
+
     def kind(self, state: State, name: str) -> bool | None:
         """Whether state/<name> is a regular file (False: a directory, a symbolic link, a
         named pipe, as `scan` tells strays); None if it is gone."""
@@ -311,9 +320,10 @@ class Dropbox:
     def typed_names(self, state: State) -> tuple[list[str], set[str]]:
         """Every name in one state folder, files or not, and those of them that are no regular
         file, from one listing's file types (no stat per name where the file system gives
-        them, as ext4, xfs and tmpfs do; `kind` tells one name). What a `get` reads of
-        target/: a first one on a deep queue listed it twice, and made an `Entry` of each file
-        only to drop it (more than half of the 100 ms that took at 100,000 names: 43 ms now)."""
+        them, as ext4, xfs and tmpfs do; `kind` tells one name, at 2 us where the types cost
+        0.2 us a name more than `names`). What a `get` reads of target/ when many names are
+        new to it: a first one on a deep queue listed it twice, and made an `Entry` of each
+        file only to drop it (more than half of the 100 ms that took at 100,000 names)."""
         names: list[str] = []
         odd: set[str] = set()
         try:
