@@ -31,6 +31,7 @@ from boxmq.client.housekeeping import FULL_SWEEP_EVERY
 from boxmq.clock import ManualClock
 from boxmq.core.topics import sys_unserved
 from boxmq.model import ConsumerId
+from boxmq.mqtt.stored import consumer_name
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 from boxmq.store.names import Lock, decode, locked_name, split_lock
@@ -1575,6 +1576,31 @@ def test_unsubscribe_ends_a_kept_subscription(root: Path) -> None:
     )
     done = boxmq_cli(root, "unsubscribe", "news/#", "--name", "")  # a script's empty $NAME
     assert done.stderr.startswith("boxmq unsubscribe: no subscription of '' to 'news/#' under")
+
+
+def test_a_subscriber_name_looked_up_in_records_that_cannot_be_listed_says_what_to_fix(
+    root: Path,
+) -> None:
+    """A subscriber name shortened from a long client id (`%h`) is looked up among the MQTT
+    session records' names: a folder of them that cannot be listed (a link to itself here)
+    went out as the bare errno against the root (found at an earlier stop); it says what
+    `serve` and `session ls` say of it now, and nothing is changed."""
+    boxmq.open(root, fsync="never").close()
+    folder = root / ".mqtt" / "sessions"
+    folder.parent.mkdir()
+    os.symlink("sessions", folder)
+    name = consumer_name("c" * 300)
+    assert "%h" in name
+    done = boxmq_cli(root, "subscribe", "news/#", "--name", name, "--idle", "0")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"boxmq subscribe: the MQTT session records in {folder} cannot be listed: ELOOP (Too "
+        "many levels of symbolic links); a symbolic link that leads nowhere stands there: make "
+        "it a folder. No persistent session is known until then (a record alone that cannot be "
+        "read only waits for its own session)\n"
+    )
+    assert os.readlink(folder) == "sessions"  # left as it is
+    assert _subscribers(root) == []
 
 
 @pytest.mark.parametrize("subscription", ["news/#", "$share/g/news/#"])

@@ -403,18 +403,19 @@ def record_named(root: str, subscriber: str) -> SessionRecord | None:
     a subscriber name is an MQTT client's. One record read, but a name shortened from a long
     client id (`%h` and a hash) cannot be turned back into it: the record files' names,
     the client ids escaped, are listed then, and only the one with that name read. (Every
-    record was read, and one damaged warned of, though it had nothing to do with it.)"""
+    record was read, and one damaged warned of, though it had nothing to do with it.) A
+    folder that cannot be listed is `RecordsUnlisted`, what `serve` and `session ls` say:
+    the CLI's lookup said only the folder and the errno's text."""
     if "%h" in subscriber:
-        with contextlib.suppress(FileNotFoundError), os.scandir(records_folder(root)) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue  # a record being written, or a claim
-                try:
-                    client_id = unescape_segment(entry.name)
-                except InvalidName:
-                    continue  # no record's name
-                if consumer_name(client_id) == subscriber:
-                    return _read(entry.path)  # damaged: None, as for a short name
+        for entry in _listed(records_folder(root)):
+            if entry.name.startswith("."):
+                continue  # a record being written, or a claim
+            try:
+                client_id = unescape_segment(entry.name)
+            except InvalidName:
+                continue  # no record's name
+            if consumer_name(client_id) == subscriber:
+                return _read(entry.path)  # damaged: None, as for a short name
         return None
     client_id = _UNESCAPE.sub(lambda m: "%" if m[1] == "25" else "/", subscriber)
     if consumer_name(client_id) != subscriber:  # a '%' no client id's name holds
