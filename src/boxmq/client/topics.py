@@ -822,6 +822,21 @@ class Topics(Publisher):
         for found in self._matching_retained(parse_filter(filter)):
             yield sent_retained_envelope(found), found.body
 
+    def retained_sizes(self, filter: str) -> Iterator[tuple[Envelope, int]]:
+        """`retained_reading` with each body's length in place of the body, which is never
+        read (`boxmq retained`: one read of each file's header, and an fstat)."""
+        parsed = parse_filter(filter)
+        if parsed.shared:
+            return  # MQTT-234 B: never to shared subscriptions
+        found: Iterable[tuple[Retained, int]]
+        if not _WILDCARDS.intersection(parsed.filter):  # one topic: its one file, by its name
+            one = self._retained.get_sized(parsed.filter)
+            found = () if one is None else (one,)
+        else:
+            found = self._retained.matching_sized(matcher(parsed.filter))
+        for retained, size in found:
+            yield sent_retained_envelope(retained), size
+
     def has_durable(self, topic: str, source: str | None = None) -> bool:
         """Whether a publish to `topic` by `source` would be written into any dropbox (a
         durable subscription or a share group), so a caller can keep the others in memory."""
