@@ -4,6 +4,7 @@ amqtt, in one run, for QoS 0, 1, 2 and a shared QoS 1 subscription with two memb
     .venv/bin/python bench/mqtt.py            # 200k / 100k messages per case
     .venv/bin/python bench/mqtt.py --quick    # 20k / 10k: a smoke run of a minute or two
     .venv/bin/python bench/mqtt.py --brokers boxmq,mosquitto --fsync always
+    .venv/bin/python bench/mqtt.py --brokers boxmq --cases qos1 --messages 20000 --repeat 1
 
 Every broker runs as a subprocess on a free port (boxmq on a fresh data folder, mosquitto with
 a generated config, amqtt from the `bench` dependency group). For each case the subscribers
@@ -73,6 +74,7 @@ MOSQUITTO_WINDOW = 20  # mosquitto's default max_inflight_messages
 # as mosquitto's max_queued_messages 0 has: this is five times the most a case sends, so that
 # a subscriber falling behind makes neither broker drop.
 BOXMQ_QUEUED = 1_000_000
+MOST_MESSAGES = BOXMQ_QUEUED // 5  # --messages: a case's count, the queue still five times it
 
 
 @dataclass(frozen=True)
@@ -320,14 +322,19 @@ def _publish_retained(port: int, topic: str, payload: bytes | None) -> None:
 # -- report ---------------------------------------------------------------------------------------
 
 
-def _cases(quick: bool) -> list[Case]:
+def _cases(quick: bool, messages: int | None = None) -> list[Case]:
+    """Every case, with its own count (a tenth of it when quick), or `messages` for each: a small
+    A/B run of one case at the count it needs, with no wrapper around the bench."""
     scale = 10 if quick else 1
-    return [
+    cases = [
         Case("qos0", 0, 0, 200_000 // scale),
         Case("qos1", 1, 0, 100_000 // scale),
         Case("qos2", 2, 0, 100_000 // scale),
         Case("shared-qos1", 1, 2, 100_000 // scale),
     ]
+    if messages is None:
+        return cases
+    return [Case(c.name, c.qos, c.members, messages) for c in cases]
 
 
 def _print_results(results: list[Result]) -> None:
@@ -446,6 +453,14 @@ def main() -> int:
         "--repeat", type=int, default=None, help="rounds of every case (default 3, --quick 1)"
     )
     parser.add_argument(
+        "--messages",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"messages per case (default 200k for qos0, 100k otherwise, a tenth with --quick; "
+        f"at most {MOST_MESSAGES:,})",
+    )
+    parser.add_argument(
         "--max-inflight",
         type=int,
         default=None,
@@ -456,6 +471,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.max_inflight is not None and not 1 <= args.max_inflight <= 65_535:
         parser.error("--max-inflight must be 1 to 65535 (16-bit packet ids)")
+    if args.messages is not None and not 1 <= args.messages <= MOST_MESSAGES:
+        parser.error(f"--messages must be 1 to {MOST_MESSAGES:,} (boxmq's queue is lifted for it)")
     args.budget = args.budget or (30.0 if args.quick else 90.0)
     repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     if repeat < 1:
@@ -465,7 +482,7 @@ def main() -> int:
             print(f"bench/mqtt: {tool} is missing (apt-get install mosquitto-clients)")
             return 1
     wanted = {c.strip() for c in args.cases.split(",")}
-    cases = [c for c in _cases(args.quick) if c.name in wanted]
+    cases = [c for c in _cases(args.quick, args.messages) if c.name in wanted]
     brokers = _brokers(args.fsync, args.max_inflight)
     names = [n.strip() for n in args.brokers.split(",")]
     unavailable = {n: why for n in names if (why := _unavailable(n, args.fsync))}

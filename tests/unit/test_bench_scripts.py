@@ -125,6 +125,24 @@ def test_bench_mqtt_lifts_boxmqs_queue_as_mosquittos(tmp_path: Path) -> None:
     assert bench["BOXMQ_QUEUED"] >= 5 * max(case.messages for case in bench["_cases"](False))
 
 
+def test_bench_mqtt_messages_sets_every_cases_count_within_the_lifted_queue() -> None:
+    # A small A/B run of one case needed a wrapper around _cases: --quick was the only count
+    # there was. --messages N gives every case N, and no more than boxmq's queue is lifted for.
+    bench = _bench_mqtt()
+    cases = bench["_cases"]
+    assert [c.messages for c in cases(False, 3_000)] == [3_000] * 4
+    assert [c.messages for c in cases(True, 3_000)] == [3_000] * 4
+    assert [c.name for c in cases(False, 3_000)] == [c.name for c in cases(False)]
+    assert bench["BOXMQ_QUEUED"] >= 5 * bench["MOST_MESSAGES"]
+    script = str(BENCH / "mqtt.py")
+    for wrong in ("0", str(bench["MOST_MESSAGES"] + 1)):
+        refused = subprocess.run(
+            [sys.executable, script, "--messages", wrong], capture_output=True, text=True
+        )
+        assert refused.returncode == 2
+        assert "--messages must be 1 to 200,000" in refused.stderr
+
+
 def test_no_bench_script_imports_the_tests() -> None:
     # chaos_mixed.py and xmpp.py imported tests.xmpp's Prosody and clients, so that bench/ ran
     # only beside tests/ and a change made for a test changed a benchmark; what both run is
