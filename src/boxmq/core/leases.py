@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from boxmq.core.ready import Ready
@@ -53,15 +54,15 @@ class LeaseTable:
         self._slack = stale_slack
         self._rebuild_at = stale_slack  # heap size that triggers a rebuild (_compact)
         self._claims = 0  # the last lease's `delivery`
+        # The lease of an id, or None: the dict's own get, not a method that calls it (the
+        # engine asks at every put, receive and ack of a message).
+        self.get: Callable[[MessageId], Lease | None] = self._leases.get
 
     def __len__(self) -> int:
         return len(self._leases)
 
     def __contains__(self, message_id: object) -> bool:
         return message_id in self._leases
-
-    def get(self, message_id: MessageId) -> Lease | None:
-        return self._leases.get(message_id)
 
     def of(self, holder: ConsumerId) -> list[Lease]:
         """The holder's leases, oldest claim first."""

@@ -92,6 +92,9 @@ class QueueEngine:
         self._consumers: dict[ConsumerId, _Limits] = {}
         self._paused: dict[ConsumerId, int] = {}  # a paused consumer's max_in_flight, kept
         self._leases = LeaseTable()
+        # A message's lease, or None (a receive asks, per message): the table's, with no call
+        # of a method between.
+        self.lease: Callable[[MessageId], Lease | None] = self._leases.get
         self._ready = ReadySet(handoff=policy.handoff)
         self._past = PastHolders()
         # A fixed seed by default keeps the core deterministic; pass an rng to vary it.
@@ -422,9 +425,6 @@ class QueueEngine:
 
     def leases_of(self, consumer: ConsumerId) -> list[Lease]:
         return self._leases.of(consumer)
-
-    def lease(self, message_id: MessageId) -> Lease | None:
-        return self._leases.get(message_id)
 
     def lock_timeout(self, consumer: ConsumerId) -> float:
         return self._consumers[consumer].lock_timeout
