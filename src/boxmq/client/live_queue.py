@@ -503,12 +503,14 @@ class LiveQueue(Outliving):
         began when `_found` was `found`: the others it claimed for are told if names read
         from the folder were offered since (`_tell_others`)."""
         looked = False
-        if self._sweep_due(now):
+        # `_sweep_due` and `_scan_due`, without their calls (each of them one per receive).
+        if periodic_due(now, self._next_sweep, self._options.sweep_interval):
             self._next_sweep = now + self._options.sweep_interval
             if self._locks or not self._still(self._empty_processing, State.PROCESSING):
                 self._sweep(now)
                 looked = True
-        if self._scan_due(now):  # after the sweep: what it sent back to target/ is offered
+        # After the sweep: what it sent back to target/ is offered.
+        if periodic_due(now, self._next_scan, self._scan_lead):
             if (
                 self._next_scan == self._scanned_next  # the periodic one, nothing asked sooner
                 and not self._behind

@@ -53,6 +53,9 @@ def check_wait(value: float | None) -> float | None:
     is not NaN (0 or less: look once). NaN passes every `now >= end` as false, so a receive
     given it waited for ever; a str or a bool is a caller's mistake. Over a century (infinity
     too) is None: a condition's wait raised OverflowError for more than threading.TIMEOUT_MAX."""
+    # The usual timeout in one look: type(), as a bool is no number here; NaN is never <=.
+    if (type(value) is float or type(value) is int) and value <= LONGEST:
+        return value
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
