@@ -225,8 +225,15 @@ def _run(args: argparse.Namespace) -> int:
         before_root(args)
     if not getattr(args, "creates_root", False):
         _check_root(str(args.data))
-    with boxmq.open(args.data, fsync=args.fsync) as box:
+    with _opened(args) as box:
         return command(args, box)
+
+
+def _opened(args: argparse.Namespace) -> Box:
+    """The root, with the delivery limit typed (0: none), else boxmq.open's own (5)."""
+    if args.max_deliveries is None:
+        return boxmq.open(args.data, fsync=args.fsync)
+    return boxmq.open(args.data, fsync=args.fsync, max_deliveries=args.max_deliveries or None)
 
 
 def _check_root(path: str) -> None:

@@ -40,6 +40,16 @@ def _add_common(
         + _listed(FsyncPolicy.words(), FsyncPolicy.ALWAYS.value, "default; group commit"),
     )
     parser.add_argument(
+        "--max-deliveries",
+        type=types.max_deliveries,
+        default=default(None),
+        metavar="N",
+        # The limit is the root's applications', not each process's own: a get or unlock
+        # opened with another one dead-letters at it (docs/configuration.md, max_deliveries).
+        help="deliveries before a message goes to error/: give the one your applications "
+        "open the root with (default 5; serve: the config's max_deliveries); 0: no limit",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         default=default(False),

@@ -64,6 +64,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         processed_retention=args.processed_retention,
         polling=args.polling,
         sys_interval=args.sys_interval,
+        max_deliveries=args.max_deliveries,
     )
 
 

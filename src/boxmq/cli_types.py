@@ -116,6 +116,19 @@ def positive_int(text: str) -> int:
     return number
 
 
+def max_deliveries(text: str) -> int:
+    """A delivery limit, 0 for none (as the config file's key)."""
+    try:
+        number = integer(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{error} (0 for no limit)") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(
+            f"bad number {text!r}: give the deliveries a message may have, 0 for no limit"
+        )
+    return number
+
+
 def stanza_size_limit(text: str) -> int:
     from boxmq.xmpp.settings import stanza_size_refusal  # serve's alone, as settings_from
 

@@ -198,6 +198,7 @@ class ServeConfig:
         processed_retention: float | None = None,
         polling: bool | None = None,
         sys_interval: float | None = None,
+        max_deliveries: int | None = None,
     ) -> ServeConfig:
         """This configuration with what the user typed on the command line (None: not typed).
         Not the listeners: `--mqtt` and `--no-mqtt` replace them when serve opens them
@@ -222,6 +223,8 @@ class ServeConfig:
         if sys_interval is not None:
             mqtt = dataclasses.replace(changed.mqtt, sys_interval=sys_interval)
             changed = dataclasses.replace(changed, mqtt=mqtt)
+        if max_deliveries is not None:  # 0: no limit, as the file's key
+            changed = dataclasses.replace(changed, max_deliveries=max_deliveries or None)
         return changed
 
 

@@ -385,6 +385,47 @@ def test_the_unlock_that_reaches_max_deliveries_says_where_the_message_went(root
     assert said[4] == f"unlock: {message_id} went to error/ (max-deliveries), not back to target/\n"
 
 
+def _unlocked_until_dead(root: Path, *limit: str, rounds: int) -> list[str]:
+    """What `boxmq unlock` says of one message got and unlocked `rounds` times, each command
+    given `limit`'s options."""
+    ok(root, "put", "jobs", "poison")
+    said = []
+    for _ in range(rounds):
+        got = boxmq_cli(root, *limit, "--json", "get", "jobs")
+        if got.returncode == 3:  # nothing ready: it went to error/
+            break
+        message_id = json.loads(got.stdout)["id"]
+        said.append(ok(root, *limit, "unlock", "jobs", message_id).split(" ", 2)[-1])
+    return said
+
+
+def test_the_delivery_limit_is_the_one_the_applications_open_the_root_with(root: Path) -> None:
+    """The CLI opened the root with the default limit (5) whatever the applications use, so a
+    `get` and `unlock` on a queue of another limit dead-lettered at its own 5th: --max-deliveries
+    gives it theirs, before or after the command, 0 for none."""
+    said = _unlocked_until_dead(root, "--max-deliveries", "2", rounds=3)
+    assert said[1].startswith("went to error/ (max-deliveries)"), said
+    assert len(said) == 2
+    assert os.listdir(root / "jobs" / "error")
+    after = boxmq_cli(root, "get", "jobs", "--max-deliveries", "0")  # after the command too
+    assert after.returncode == 3, after.stderr  # nothing to get, the option taken
+    shutil.rmtree(root / "jobs")
+    said = _unlocked_until_dead(root, "--max-deliveries", "0", rounds=7)
+    assert len(said) == 7
+    assert not any("error/" in line for line in said), said
+    assert not os.listdir(root / "jobs" / "error")
+
+
+@pytest.mark.parametrize("typed", ["-1", "x", "2.5", "", "1_0"])
+def test_a_bad_delivery_limit_is_a_usage_error_saying_what_to_give(root: Path, typed: str) -> None:
+    ok(root, "put", "jobs", "kept")
+    done = boxmq_cli(root, "--max-deliveries", typed, "get", "jobs")
+    assert done.returncode == 2, done.stderr
+    assert "argument --max-deliveries: bad number" in done.stderr
+    assert "0 for no limit" in done.stderr
+    assert len(os.listdir(root / "jobs" / "target")) == 1  # nothing got, nothing locked
+
+
 def _dropped(root: Path, queue: str, name: str, body: bytes = b"b") -> None:
     """A message file a script drops into `queue`'s target/, written aside then renamed."""
     (root / queue / "working").mkdir(parents=True, exist_ok=True)

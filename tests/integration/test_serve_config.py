@@ -393,6 +393,24 @@ def test_polling_from_the_file_and_a_typed_flag_over_it(tmp_path: Path) -> None:
     assert "new files found by polling" in log
 
 
+def test_max_deliveries_from_the_file_and_a_typed_flag_over_it(tmp_path: Path) -> None:
+    """--max-deliveries, which the other commands take, is serve's too: typed, it wins over the
+    file's key, as the other flags do; left out, the file's stays."""
+    from boxmq import cli_parser
+    from boxmq.cli_serve import serve_config
+
+    config = tmp_path / "boxmq.toml"
+    config.write_text("max_deliveries = 3\n")
+
+    def limit(*flags: str) -> int | None:
+        words = ["serve", "--config", str(config), "--data", str(tmp_path / "d"), *flags]
+        return serve_config(cli_parser.parser().parse_args(words)).max_deliveries
+
+    assert limit() == 3
+    assert limit("--max-deliveries", "7") == 7
+    assert limit("--max-deliveries", "0") is None  # no limit
+
+
 def test_a_root_of_the_file_that_cannot_be_made_names_the_key_it_came_from(
     tmp_path: Path,
 ) -> None:
