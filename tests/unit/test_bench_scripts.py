@@ -223,3 +223,42 @@ def test_chaos_mixed_takes_a_dead_letter_of_max_deliveries_for_no_violation(
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "1 dead letters of max_deliveries (5)" in done.stdout, done.stdout
+
+
+_TIMED_OUT_RUN = """
+import sys, types
+sys.path.insert(0, sys.argv[1])
+import os, chaos, chaos_mixed
+root, logs = sys.argv[2] + "/root", sys.argv[2] + "/logs"
+os.makedirs(logs)
+os.makedirs(root)
+open(logs + "/serve.err", "w").close()
+# What the XMPP role logs of a publish serve never answered (killed while it was asked):
+# harness.prosody's Client.request raises AssertionError once its timeout passes.
+log = chaos.Log(logs + "/xmpp.log")
+no_reply = AssertionError("alice@localhost got no reply from queue.localhost within 4 s")
+reply = chaos_mixed.unanswered(log, no_reply)
+log.write("E", "publish", "xmpp.1.1", chaos_mixed.condition(reply), chaos.now())
+run = types.SimpleNamespace(root=root, logs=logs, seed=1, fsync="always")
+sys.exit(chaos_mixed.check(run, []))
+"""
+
+
+def test_chaos_mixed_counts_a_request_serve_never_answered_as_a_timeout(tmp_path: Path) -> None:
+    # chaos.py run --mixed counted the XMPP requests that a killed serve never answered as
+    # "xmpp iq AssertionError" and "xmpp publish error", which read as crashes of the role or
+    # of serve; they are timeouts while serve was down, and are counted as such.
+    done = subprocess.run(
+        [sys.executable, "-c", _TIMED_OUT_RUN, str(BENCH), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (counted,) = [line for line in done.stdout.splitlines() if line.startswith("refused")]
+    assert "AssertionError" not in counted, counted
+    assert "publish error" not in counted, counted
+    timed_out = "no reply within 4 s (serve down)"
+    assert f"'xmpp iq (any request): {timed_out}': 1" in counted, counted
+    assert f"'xmpp publish: {timed_out}': 1" in counted, counted
