@@ -51,6 +51,7 @@ from pathlib import Path
 
 from boxmq.store.commit import FsyncPolicy
 from machine import Source, interpreter
+from options import chosen
 from processes import (
     MOSQUITTO,
     boxmq_command,
@@ -477,14 +478,15 @@ def main() -> int:
     repeat = args.repeat if args.repeat is not None else (1 if args.quick else 3)
     if repeat < 1:
         parser.error("--repeat must be at least 1")
+    every = _cases(args.quick, args.messages)
+    wanted = chosen(parser, "--cases", args.cases, [c.name for c in every])
+    cases = [c for c in every if c.name in wanted]
+    brokers = _brokers(args.fsync, args.max_inflight)
+    names = chosen(parser, "--brokers", args.brokers, list(brokers))
     for tool in ("mosquitto_pub", "mosquitto_sub", "timeout"):
         if shutil.which(tool) is None:
             print(f"bench/mqtt: {tool} is missing (apt-get install mosquitto-clients)")
             return 1
-    wanted = {c.strip() for c in args.cases.split(",")}
-    cases = [c for c in _cases(args.quick, args.messages) if c.name in wanted]
-    brokers = _brokers(args.fsync, args.max_inflight)
-    names = [n.strip() for n in args.brokers.split(",")]
     unavailable = {n: why for n in names if (why := _unavailable(n, args.fsync))}
     source = Source()
     print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")

@@ -45,7 +45,8 @@ from mqtt_wire import (
     string,
     varint,
 )
-from processes import broker_running, cpu_seconds
+from options import chosen
+from processes import BROKERS, broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _POOL = 20  # member clients at most; group j has members j % pool and (j + 1) % pool
@@ -218,11 +219,14 @@ def main() -> None:
     parser.add_argument("--fsync", default="always", choices=FsyncPolicy.words())
     parser.add_argument("--budget", type=float, default=300.0, help="seconds per phase")
     args = parser.parse_args()
+    every_filters = chosen(parser, "--filters", args.filters, ("distinct", "overlap"))
+    every_sessions = chosen(parser, "--sessions", args.sessions, ("clean", "persistent"))
+    brokers = chosen(parser, "--brokers", args.brokers, BROKERS)
     results = []
-    for filters in args.filters.split(","):
+    for filters in every_filters:
         for g in (int(text) for text in args.groups.split(",")):
-            for sessions in args.sessions.split(","):
-                for broker in args.brokers.split(","):
+            for sessions in every_sessions:
+                for broker in brokers:
                     figures = Figures(broker, g, filters, sessions == "clean")
                     with broker_running(
                         broker,

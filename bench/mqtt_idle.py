@@ -34,7 +34,8 @@ from pathlib import Path
 
 from machine import Source, interpreter
 from mqtt_wire import packet, string
-from processes import cpu_seconds, free_port, rss_kib, running, start_broker
+from options import chosen
+from processes import BROKERS, cpu_seconds, free_port, rss_kib, running, start_broker
 
 BATCH = 200  # connections a client opens at once
 # Beside start_broker's lines: its log_type lines keep errors and warnings alone.
@@ -160,6 +161,7 @@ def main() -> int:
         help="durable subscriptions of other consumers made on boxmq's root first",
     )
     args = parser.parse_args()
+    names = chosen(parser, "--brokers", args.brokers, BROKERS)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the brokers inherit it
     if args.connections // args.clients + 64 > hard:
@@ -171,7 +173,6 @@ def main() -> int:
     source = Source()
     print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
     print(f"{source.describe()}; {os.cpu_count()} CPUs; {interpreter()}")
-    names = [n.strip() for n in args.brokers.split(",")]
     if "mosquitto" in names and not Path("/usr/sbin/mosquitto").exists():
         print("mosquitto: not available (apt-get install mosquitto)")
         names.remove("mosquitto")

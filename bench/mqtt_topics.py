@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 from boxmq.store.commit import FsyncPolicy
 from mqtt_wire import connect5, packet, puback_for, publish5, publish_until, read_packet, string
-from processes import broker_running, cpu_seconds
+from options import chosen
+from processes import BROKERS, broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _BATCH = 200  # connections opened at once
@@ -169,10 +170,12 @@ def main() -> None:
         "--beside", type=float, default=50.0, help="msg/s published while they subscribe"
     )
     args = parser.parse_args()
+    every_sessions = chosen(parser, "--sessions", args.sessions, ("clean", "persistent"))
+    brokers = chosen(parser, "--brokers", args.brokers, BROKERS)
     results = []
     for n in (int(text) for text in args.clients.split(",")):
-        for sessions in args.sessions.split(","):
-            for broker in args.brokers.split(","):
+        for sessions in every_sessions:
+            for broker in brokers:
                 figures = Figures(broker, n, sessions == "clean")
                 with broker_running(
                     broker,

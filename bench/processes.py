@@ -82,6 +82,9 @@ def boxmq_command(folder: Path, fsync: str, config: str, *serve: str) -> list[st
     return [*command, "--fsync", fsync, "serve", "--config", str(path), *serve]
 
 
+BROKERS = ("boxmq", "mosquitto")  # what start_broker starts
+
+
 def start_broker(
     broker: str,
     port: int,

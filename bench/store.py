@@ -802,9 +802,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = Plan.of(messages)
     every = _cases(plan)
     cases = _chosen(every, args.case)
-    if not cases:
+    # Each TEXT must hold for a row: a typo beside another TEXT ran that one's rows alone.
+    unmatched = [text for text in args.case or () if not _chosen(every, [text])]
+    if unmatched:
         labels = "; ".join(case.label() for case in every)
-        parser.error(f"no row's label holds {' or '.join(map(repr, args.case))}: {labels}")
+        parser.error(f"no row's label holds {' or '.join(map(repr, unmatched))}: {labels}")
     base = os.path.join(
         os.path.abspath(args.dir), f"store-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     )

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from machine import Source, interpreter
+from options import chosen
 from processes import (
     MOSQUITTO,
     boxmq_command,
@@ -292,6 +293,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=90.0, help="seconds per QoS 1 run")
     parser.add_argument("--brokers", default="boxmq,mosquitto")
     args = parser.parse_args()
+    names = chosen(parser, "--brokers", args.brokers, list(BROKERS))
     for tool in ("openssl", "mosquitto_pub", "mosquitto_sub", "timeout", MOSQUITTO):
         if shutil.which(tool) is None:
             print(f"bench/tls: {tool} is missing (apt-get install openssl mosquitto-clients)")
@@ -304,7 +306,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as scratch:
         certs = _certificates(Path(scratch))
         context = _client_context(certs)
-        for name in (n.strip() for n in args.brokers.split(",")):
+        for name in names:
             folder = Path(scratch) / name
             folder.mkdir()
             with _running(name, certs, folder) as (ports, pid):

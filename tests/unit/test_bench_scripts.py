@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.unit.mqtt.packet_bytes import ours
 
 from boxmq.mqtt.packets import Connect
@@ -24,7 +25,7 @@ from boxmq.mqtt.packets import Connect
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 # What the scripts import from each other (`from processes import ...`), not scripts.
-SHARED = {"machine.py", "mqtt_wire.py", "processes.py"}
+SHARED = {"machine.py", "mqtt_wire.py", "options.py", "processes.py"}
 
 # Run by the child: a script's SystemExit other than 0, or any exception, is a failure it
 # names; each script runs with bench/ first on sys.path, as `python bench/x.py` has it.
@@ -141,6 +142,50 @@ def test_bench_mqtt_messages_sets_every_cases_count_within_the_lifted_queue() ->
         )
         assert refused.returncode == 2
         assert "--messages must be 1 to 200,000" in refused.stderr
+
+
+# A run as small as each script makes one, so that one that takes the selector runs briefly.
+_SMALL = {
+    "mqtt.py": "--brokers boxmq --fsync never --messages 1 --repeat 1",
+    "mqtt_groups.py": "--brokers boxmq --fsync never --groups 1 --messages 1",
+    "mqtt_topics.py": "--brokers boxmq --fsync never --clients 1 --messages 1",
+    "mqtt_idle.py": "--brokers boxmq --connections 4 --clients 1 --idle 0.1",
+    "tls.py": "--brokers boxmq --connections 1 --messages 1",
+    "store.py": "--quick --dir /dev/null",  # a run fails at once: not a folder
+}
+
+
+@pytest.mark.parametrize(
+    ("script", "selector", "refusal"),
+    [
+        ("mqtt.py", "--cases qos1,qso2", "--cases: no 'qso2' (qos0, qos1, qos2, shared-qos1)"),
+        ("mqtt.py", "--brokers mosquito", "--brokers: no 'mosquito' (boxmq, mosquitto, amqtt)"),
+        ("mqtt_groups.py", "--filters overlapping", "no 'overlapping' (distinct, overlap)"),
+        ("mqtt_groups.py", "--sessions persitent", "no 'persitent' (clean, persistent)"),
+        ("mqtt_groups.py", "--brokers mosquito", "--brokers: no 'mosquito' (boxmq, mosquitto)"),
+        ("mqtt_topics.py", "--sessions clear", "--sessions: no 'clear' (clean, persistent)"),
+        ("mqtt_topics.py", "--brokers mosquito", "--brokers: no 'mosquito' (boxmq, mosquitto)"),
+        ("mqtt_idle.py", "--brokers mosquito", "--brokers: no 'mosquito' (boxmq, mosquitto)"),
+        ("tls.py", "--brokers mosquito", "--brokers: no 'mosquito' (boxmq, mosquitto)"),
+        ("store.py", "--case processed/ --case 1p_nevr", "no row's label holds '1p_nevr'"),
+    ],
+)
+def test_a_bench_refuses_a_selector_naming_nothing_it_runs(
+    script: str, selector: str, refusal: str
+) -> None:
+    # bench/mqtt.py --cases qos1,qso2 ran qos1 alone, and store.py --case with a typo beside
+    # another the other's rows alone, as if asked; mqtt_groups and mqtt_topics took any
+    # --sessions but "clean" for persistent and any --filters but "distinct" for overlap, and
+    # they and mqtt_idle any broker but mosquitto for boxmq (mqtt.py and tls.py failed with a
+    # KeyError after their start). Each is a usage error now, naming what there is.
+    refused = subprocess.run(
+        [sys.executable, str(BENCH / script), *_SMALL[script].split(), *selector.split()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2, (refused.stdout[-2000:], refused.stderr[-2000:])
+    assert refusal in refused.stderr
 
 
 def test_no_bench_script_imports_the_tests() -> None:
