@@ -405,6 +405,37 @@ def test_a_put_to_a_queue_deleted_meanwhile_says_so(box: boxmq.Box, root: Path) 
     assert box.queue("jobs").counts().ready == 1
 
 
+@pytest.mark.parametrize("fsync", ["always", "interval", "never"])
+def test_a_put_to_a_queue_whose_target_was_moved_meanwhile_says_so_and_leaves_nothing(
+    root: Path, fsync: str
+) -> None:
+    # A Queue kept by a producer while another process moved its target/ aside (operations.md's
+    # "Disk usage" recreates it so) raised a bare FileNotFoundError naming working/ and target/.
+    with boxmq.open(root, fsync=fsync) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"old")
+        folder = root / "jobs"
+        (folder / "target").rename(folder / "target.old")
+        before = sorted(root.rglob("*"))
+        sends: list[Callable[[], object]] = [
+            lambda: jobs.put(b"x"),
+            lambda: jobs.put(b"x", priority=5),
+            lambda: jobs.put_many([b"x", b"y"]),
+        ]
+        for send in sends:
+            with pytest.raises(
+                boxmq.QueueNotFound,
+                match=r"queue 'jobs' has no target/ .*moved or removed.*nothing was put.*"
+                r"box\.queue\('jobs'\)",
+            ):
+                send()
+        # Neither a body in working/ or a spare file left, nor a target/ made under the mover.
+        assert sorted(root.rglob("*")) == before
+        assert [p.name for p in (folder / "target.old").iterdir()]
+        box.queue("jobs").put(b"new")  # made again, as the error says
+        assert box.queue("jobs").counts().ready == 1
+
+
 @pytest.mark.parametrize("where", [{"queue": "jobs"}, {"topic": "a/b"}])
 def test_assured_takes_a_str_body_as_put_does_and_refuses_an_int_leaving_nothing(
     box: boxmq.Box, root: Path, where: dict[str, Any]

@@ -225,11 +225,20 @@ class Queue:
 
     def _check_not_deleted(self, error: FileNotFoundError) -> None:
         """QueueNotFound if the queue's folder is gone (box.delete_queue, or another process,
-        since this Queue was made): not a FileNotFoundError naming a file in working/."""
+        since this Queue was made), or its target/ (moved aside to recreate it, operations.md's
+        "Disk usage"): not a FileNotFoundError naming a file in working/. A put does not make
+        target/ again itself: without it the folder is no queue (DropboxMQ), and a put racing
+        an `rm -rf` or a `mv target target.old && mkdir target` would undo or break it."""
         if not os.path.isdir(self._box.path):
             raise QueueNotFound(
                 f"queue {self.name!r} was deleted (no folder {self._box.path}) since this "
                 f"Queue was made: box.queue({self.name!r}) makes it again"
+            ) from error
+        target = self._box.dir(State.TARGET)
+        if not os.path.isdir(target):
+            raise QueueNotFound(
+                f"queue {self.name!r} has no target/ ({target}): moved or removed since this "
+                f"Queue was made, nothing was put; box.queue({self.name!r}) makes it again"
             ) from error
 
     def _put_body(self, body: bytes | str) -> MessageId:
