@@ -32,6 +32,7 @@ __all__ = [
     "ResourceConstraint",
     "StoreFailed",
     "StoreFull",
+    "TargetMissing",
     "UnexpectedRequest",
     "check_count",
     "check_flag",
@@ -186,6 +187,24 @@ class StoreFailed(BoxMQError):
 
 class StoreFull(StoreFailed):
     """No space left, or the quota used up (ENOSPC, EDQUOT): may pass once space is freed."""
+
+
+class TargetMissing(StoreFailed):
+    """A put into a queue whose folder is there but its target/ is not: moved aside to be
+    made again (docs/operations.md, "Disk usage") or removed by hand. A state of the store
+    that passes once target/ is back, not a deleted queue (QueueNotFound): the doors refuse
+    the message as any store failure (XMPP internal-server-error, type wait), and keep the
+    queue's subscribers. Nothing of the message was kept."""
+
+    def __init__(self, error: OSError, queue: str, target: str) -> None:
+        self.errno = error.errno or errno.ENOENT
+        self.path = target
+        BoxMQError.__init__(
+            self,
+            f"queue {queue!r} has no target/ ({target}): moved aside or removed since this "
+            f"Queue was made, nothing was put; put again once it is back (mkdir {target}, "
+            f"as operations.md's Disk usage does)",
+        )
 
 
 def store_failure(error: OSError) -> StoreFailed:

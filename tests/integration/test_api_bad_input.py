@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import boxmq
 from boxmq.client.assured import AssuredMessage
 from boxmq.client.publishing import Publication
+from boxmq.errors import StoreFailed, TargetMissing
 from boxmq.store.topics import incoming_working
 
 
@@ -411,6 +412,7 @@ def test_a_put_to_a_queue_whose_target_was_moved_meanwhile_says_so_and_leaves_no
 ) -> None:
     # A Queue kept by a producer while another process moved its target/ aside (operations.md's
     # "Disk usage" recreates it so) raised a bare FileNotFoundError naming working/ and target/.
+    # A store failure, not QueueNotFound: the queue is there, and takes puts once target/ is.
     with boxmq.open(root, fsync=fsync) as box:
         jobs = box.queue("jobs")
         jobs.put(b"old")
@@ -424,16 +426,19 @@ def test_a_put_to_a_queue_whose_target_was_moved_meanwhile_says_so_and_leaves_no
         ]
         for send in sends:
             with pytest.raises(
-                boxmq.QueueNotFound,
-                match=r"queue 'jobs' has no target/ .*moved or removed.*nothing was put.*"
-                r"box\.queue\('jobs'\)",
-            ):
+                TargetMissing,
+                match=r"queue 'jobs' has no target/ .*moved aside or removed.*nothing was put; "
+                r"put again once it is back \(mkdir .*target, as operations\.md's Disk usage",
+            ) as raised:
                 send()
+            assert isinstance(raised.value, StoreFailed)  # what the doors refuse, retryable
+            assert raised.value.path == str(folder / "target")
         # Neither a body in working/ or a spare file left, nor a target/ made under the mover.
         assert sorted(root.rglob("*")) == before
         assert [p.name for p in (folder / "target.old").iterdir()]
-        box.queue("jobs").put(b"new")  # made again, as the error says
-        assert box.queue("jobs").counts().ready == 1
+        (folder / "target").mkdir()  # the mover's next step
+        jobs.put(b"new")  # the same Queue: taken again
+        assert jobs.counts().ready == 1
 
 
 @pytest.mark.parametrize("where", [{"queue": "jobs"}, {"topic": "a/b"}])

@@ -33,7 +33,13 @@ from boxmq.client.spill import spilled, withdraw
 from boxmq.client.sweeps import SweepLimits, release_stale_locks
 from boxmq.core import QueuePolicy
 from boxmq.core.durations import check_seconds
-from boxmq.errors import InvalidArgument, MetadataTooLong, QueueNotFound, check_count
+from boxmq.errors import (
+    InvalidArgument,
+    MetadataTooLong,
+    QueueNotFound,
+    TargetMissing,
+    check_count,
+)
 from boxmq.ids import IdFactory
 from boxmq.model import (
     DEAD_REASON,
@@ -225,10 +231,12 @@ class Queue:
 
     def _check_not_deleted(self, error: FileNotFoundError) -> None:
         """QueueNotFound if the queue's folder is gone (box.delete_queue, or another process,
-        since this Queue was made), or its target/ (moved aside to recreate it, operations.md's
-        "Disk usage"): not a FileNotFoundError naming a file in working/. A put does not make
-        target/ again itself: without it the folder is no queue (DropboxMQ), and a put racing
-        an `rm -rf` or a `mv target target.old && mkdir target` would undo or break it."""
+        since this Queue was made); TargetMissing, a store failure, if only its target/ is
+        (moved aside to be made again, operations.md's "Disk usage"): a state that passes,
+        not a delete, so the doors keep the queue's subscribers. Not a FileNotFoundError
+        naming a file in working/. A put does not make target/ again itself: without it the
+        folder is no queue (DropboxMQ), and a put racing an `rm -rf` or a
+        `mv target target.old && mkdir target` would undo or break it."""
         if not os.path.isdir(self._box.path):
             raise QueueNotFound(
                 f"queue {self.name!r} was deleted (no folder {self._box.path}) since this "
@@ -236,10 +244,7 @@ class Queue:
             ) from error
         target = self._box.dir(State.TARGET)
         if not os.path.isdir(target):
-            raise QueueNotFound(
-                f"queue {self.name!r} has no target/ ({target}): moved or removed since this "
-                f"Queue was made, nothing was put; box.queue({self.name!r}) makes it again"
-            ) from error
+            raise TargetMissing(error, self.name, target) from error
 
     def _put_body(self, body: bytes | str) -> MessageId:
         """`put_many([body])[0]` for one bare body, the common put, in one call instead of

@@ -532,6 +532,9 @@ class QueueService:
                     for iq, body in pending:
                         self._reply(iq, partial(self._to_topic, iq, node, body))
                     continue
+                if isinstance(error, StoreFailed):  # TargetMissing: as the disk's own refusal
+                    self._refuse_unstored([iq for iq, _ in pending], error)
+                    continue
                 for iq, _ in pending:
                     self._send(render.error(iq, condition_for(error), text=str(error)))
                 continue

@@ -1143,6 +1143,32 @@ def test_a_queue_deleted_behind_the_doors_back_ends_its_subscriptions(
     assert condition(reply) == ("cancel", "item-not-found")  # the topic `jobs` now
 
 
+def test_a_publish_while_target_is_moved_aside_is_refused_and_the_subscribers_stay(
+    wire: Wire, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # operations.md's "Disk usage" recreates a queue's target/ (moved aside, a new one made):
+    # a publish in between took the queue for deleted elsewhere, told its subscriber so,
+    # unsubscribed it and published the item to the topic `jobs`, which nobody kept.
+    wire.subscribe(ALICE, 1)
+    folder = root / "jobs"
+    (folder / "target").rename(folder / "target.old")
+    before = sorted(root.rglob("*"))
+    with caplog.at_level(logging.ERROR, logger="boxmq.xmpp"):
+        reply = wire.iq(
+            CAROL,
+            f"<pubsub xmlns='{PS}'><publish node='jobs'><item><x xmlns='urn:t'/></item>"
+            "</publish></pubsub>",
+        )
+    assert condition(reply) == ("wait", "internal-server-error")  # refused: try again later
+    assert "has no target/" in error_text(reply)
+    assert logged(caplog, "not stored")  # an operator hears of it, as of any store failure
+    assert wire.take() == []  # no <delete/> told to alice
+    assert sorted(root.rglob("*")) == before  # nothing of it kept, no target/ made
+    (folder / "target").mkdir()
+    item = wire.publish()  # target/ is back: stored, and alice, still subscribed, gets it
+    assert wire.items_to(ALICE) == [item]
+
+
 def test_a_subscriber_that_lets_three_locks_time_out_in_a_row_is_unsubscribed(
     timed_wire: Wire, manual_box: boxmq.Box, clock: ManualClock
 ) -> None:
