@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -1073,8 +1074,10 @@ class QueueService:
         told and unsubscribed, as for a delete over XMPP (XEP-0060 §8.4.2), and the node is
         looked up again at its next request.
         Without this the node stayed a queue here: every publish to it refused, every
-        subscribe to it answered with a subscription to nothing."""
-        if node not in self._queues or is_dropbox(queue_path(self._box.root, node)):
+        subscribe to it answered with a subscription to nothing. Deleted is its folder gone
+        (a delete renames it away), not its target/ alone: that one is moved aside and made
+        again to recreate it (docs/operations.md, "Disk usage"), under the same subscribers."""
+        if node not in self._queues or os.path.isdir(queue_path(self._box.root, node)):
             return False
         self._forget_deleted(node)
         return True

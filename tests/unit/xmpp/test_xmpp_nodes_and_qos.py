@@ -814,6 +814,23 @@ def test_the_timer_finds_a_queue_deleted_by_another_process(wire: Wire, root: Pa
     assert _deletes(wire) == [BOB]
 
 
+def test_the_timer_keeps_the_subscribers_of_a_queue_whose_target_is_moved_aside(
+    wire: Wire, root: Path
+) -> None:
+    # operations.md's "Disk usage" recreates a queue's target/ (mv target target.old && mkdir
+    # target): the timer's look in between took the missing target/ for a queue deleted
+    # elsewhere, and told bob so and unsubscribed him. The queue's folder is what goes.
+    wire.create()
+    wire.subscribe(BOB, 1)
+    folder = root / "jobs"
+    (folder / "target").rename(folder / "target.old")
+    wire.service.expire(time.time() + 2)
+    assert _deletes(wire) == []
+    (folder / "target").mkdir()
+    item = wire.publish()
+    assert wire.events() == [(BOB, "item", item)]
+
+
 def test_a_clock_stepped_back_does_not_put_off_the_timers_look_for_deleted_queues(
     wire: Wire, root: Path
 ) -> None:
