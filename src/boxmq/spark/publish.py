@@ -123,7 +123,10 @@ class Publisher:
             self._finish(job, *intent, replay=True)
             last, intent = self._last(job), None
         if batch <= last:
-            self._cleanup(job, batch)  # a replay of a batch already published: nothing to do
+            # A replay of a batch already published: nothing to do. A query resumed from an
+            # older copy of its checkpoint lands here too, with new rows: by design, they are
+            # dropped (docs/spark.md says to use a new checkpointLocation instead).
+            self._cleanup(job, batch)
             return 0
         if intent is None:
             # Before the intent, which a replay would finish from these same folders.
