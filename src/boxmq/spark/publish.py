@@ -223,7 +223,13 @@ class Publisher:
                 Move(path, os.path.join(target, name)).apply()
             except FileNotFoundError:
                 if not os.path.lexists(path):
-                    continue  # published before a crash
+                    # Listed just now, so only a delete took it: the queue deleted during these
+                    # renames (renamed away whole, this staging with it). Its rows go as those
+                    # renamed before it went, and the batch is recorded. Failing would not get
+                    # them back (the intent's folders went too, the replay would find nothing)
+                    # and running the batch again would put back the rows the delete took;
+                    # knowing which were out needs a write per message. docs/spark.md says so.
+                    continue
                 # The queue was deleted under the running query (its staging made working/
                 # again): made again, as a put makes it ("made if missing", docs/spark.md).
                 ensure_queue(self._destination)
