@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from tests.conftest import HeldFlush
 from tests.crashes import Killed, kill_at
-from tests.descriptors import no_descriptor_left
+from tests.descriptors import deleted_files_open, no_descriptor_left
 from tests.diskfull import small_disk
 from tests.generations import count_generation_writes
 from tests.processes import dead_token
@@ -32,6 +32,7 @@ from boxmq.client.subscriber import Subscriber
 from boxmq.core.topics import sys_unserved
 from boxmq.model import ConsumerId
 from boxmq.store import topics as layout
+from boxmq.store.commit import Move
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
 
@@ -1223,6 +1224,49 @@ def test_a_retained_copy_a_killed_subscribe_left_in_working_does_not_stop_the_ne
         got = drain(dash)
     assert [(m.topic, m.text(), m.retained) for m in got] == [("state/door", "closed", True)]
     assert os.listdir(folder / "working") == [name]  # for the sweep, after abandon_after
+
+
+@pytest.mark.parametrize("spares", [256, 0])
+def test_retained_copies_for_a_subscription_that_ended_before_their_send_are_dropped_quietly(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, spares: int
+) -> None:
+    """An MQTT SUBSCRIBE's retained messages for a persistent session are written into its
+    subscription by a worker (`send_retained`); a session that ended meanwhile (a DISCONNECT,
+    a takeover) deleted it. Their send failed ENOENT, logged as an ERROR telling the operator
+    to check the file system, and a copy written into a spare of the pool stayed in .spare/,
+    the message's body under a name nobody reads (found by fuzzing `boxmq serve`). Nobody is
+    left to get them: they are dropped, as a publication's copy is (`Move._send_one_copy`)."""
+    with boxmq.open(root, fsync="never", keep_processed=False, spares=spares) as box:
+        with box.subscribe("warm", "w") as warm:  # acknowledged files: the pool's own spares
+            for _ in range(4):
+                box.publish("warm", b"spare")
+            assert len(drain(warm)) == 4
+        box.publish("news/a", b"first retained", retain=True)
+        box.publish("news/b", b"second retained", retain=True)
+        box.subscribe("news/#", "s", process_bound=False, send_retained=False).close()
+        written = Dropbox.write_apart
+        ended: list[bool] = []
+
+        def then_ended(dropbox: Dropbox, name: str, body: bytes) -> Move:
+            move = written(dropbox, name, body)  # the first copy written; the second's write
+            if not ended:  # finds no subscription (spares=0) or goes into a spare (256)
+                ended.append(box.unsubscribe("news/#", "s"))
+            return move
+
+        monkeypatch.setattr(Dropbox, "write_apart", then_ended)
+        with caplog.at_level(logging.DEBUG):
+            box.topics.send_retained("news/#", "s")
+        assert ended == [True]
+        assert [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG] == []
+        left = [
+            path
+            for path in root.rglob("*")
+            if path.is_file() and path.read_bytes().endswith(b" retained")
+        ]
+        assert [path.relative_to(root).parts[:2] for path in left] == [
+            ("topic-root", ".retained")
+        ] * 2
+        assert deleted_files_open(root) == []  # a spare's descriptor, its blocks held
 
 
 def test_a_memory_and_a_durable_subscription_of_one_name_and_filter_are_refused_together(

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.crashes import Killed, kill_at
+from tests.descriptors import deleted_files_open
 
 import boxmq
 from boxmq.clock import ManualClock
@@ -108,17 +109,6 @@ def test_deleting_the_spare_folder_while_spares_are_kept_open_fails_no_put(root:
             assert sorted(got) == [b"after0", b"after1", b"after2"]
 
 
-def _deleted_files_open(root: Path) -> list[str]:
-    """The files under `root` this process holds open though they were deleted (Linux)."""
-    held = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith(str(root)) and target.endswith(" (deleted)"):
-                held.append(target)
-    return held
-
-
 def _put_through_own_spares(jobs: boxmq.Queue) -> None:
     """Eight messages put and acked (eight own spares), then eight more written through
     those spares, whose files this process keeps open."""
@@ -138,7 +128,7 @@ def test_a_deleted_queue_s_messages_free_their_blocks(root: Path) -> None:
         jobs = box.queue("jobs")
         _put_through_own_spares(jobs)
         assert box.delete_queue("jobs")
-        assert _deleted_files_open(root) == []
+        assert deleted_files_open(root) == []
 
 
 def _ack_eight_publications(box: boxmq.Box, topic: str, subscriber: str) -> None:
@@ -159,7 +149,7 @@ def test_an_unsubscribed_subscription_s_messages_free_their_blocks(root: Path) -
         for n in range(8):
             box.publish("t/x", b"y%d" % n)  # written through them, kept open
         assert box.unsubscribe("t/x", "s")
-        assert _deleted_files_open(root) == []
+        assert deleted_files_open(root) == []
 
 
 def _two_subscriptions_holding_eight(box: boxmq.Box) -> None:
@@ -245,9 +235,9 @@ def test_a_queue_another_process_deleted_has_its_files_closed_at_the_full_pass(
                 message.ack()
         jobs.put_many([b"y%d" % n for n in range(8)])
         assert other.delete_queue("jobs")
-        assert len(_deleted_files_open(root)) == 8
+        assert len(deleted_files_open(root)) == 8
         box.sweep()
-        assert _deleted_files_open(root) == []
+        assert deleted_files_open(root) == []
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
@@ -259,7 +249,7 @@ def test_a_purge_through_the_process_frees_its_messages_blocks(root: Path) -> No
         jobs = box.queue("jobs")
         _put_through_own_spares(jobs)
         assert jobs.purge() == 8
-        assert _deleted_files_open(root) == []
+        assert deleted_files_open(root) == []
 
 
 # (what, a number): put one body, ack what was received, both, delete the spare folder, or

@@ -54,8 +54,9 @@ from boxmq.errors import (
 from boxmq.ids import IdFactory
 from boxmq.model import QOS, RETAINED, ConsumerId, Envelope, PropertyType
 from boxmq.store import topics as layout
-from boxmq.store.commit import Committer, FsyncPolicy
+from boxmq.store.commit import Committer, FsyncPolicy, Move, discard_unsent
 from boxmq.store.dropbox import Dropbox
+from boxmq.store.layout import no_dropbox
 from boxmq.store.names import check_consumer_name, decode_lenient, encode
 from boxmq.store.process import process_alive
 from boxmq.store.retained import Retained, Version
@@ -773,7 +774,15 @@ class Topics(Publisher):
         path = self._path_of(parsed, check_consumer_name(subscriber, _SUBSCRIBER))
         dropbox = Dropbox(path, self._committer, create=False, spares=self._spares)
         with self._retained_lock.exclusive():  # never an older retained message after a newer one
-            self._send_retained(parsed, dropbox, qos_level(qos), apart=True)
+            try:
+                self._send_retained(parsed, dropbox, qos_level(qos), apart=True)
+            except FileNotFoundError:
+                # The subscription ended meanwhile (an MQTT session's end or takeover, while
+                # a worker wrote its SUBSCRIBE's copies): nobody is left to get them, as for
+                # a publication's copy (Move._send_one_copy); no fault of the file system.
+                if not no_dropbox(path):
+                    raise
+                log.debug("%s ended before its retained messages were sent: dropped", path)
 
     def _send_retained(
         self, parsed: TopicFilter, dropbox: Dropbox, granted: QoS, *, apart: bool = False
@@ -785,24 +794,31 @@ class Topics(Publisher):
         until the client acknowledged the live one in flight (the queue holds one message
         per id). A new subscription's copies keep it, as they did: the lock keeps publishes
         from routing to it before its retained messages are in it."""
-        moves = []
+        moves: list[Move] = []
         now = self._clock.now()
         expiring = False
-        for retained in self._matching_retained(parsed):
-            envelope = retained_envelope(retained)
-            if envelope.expired(now):
-                continue  # never sent (MQTT 5.0 §3.3.2.3.3): a copy would only expire there
-            envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
-            qos = min(qos_of(envelope.property_value(QOS)), granted)
-            envelope = at_qos(envelope.without_property(QOS), QoS(qos))
-            if apart:
-                envelope = replace(envelope, message_id=self._ids.beside(envelope.message_id))
-            moves.append(dropbox.write_apart(encode(envelope, as_read=True), retained.body))
-            expiring = expiring or bool(envelope.expiration)
-        if moves:
-            dropbox.send(moves)
-            if expiring:
-                self._expiring([dropbox.path])
+        try:
+            for retained in self._matching_retained(parsed):
+                envelope = retained_envelope(retained)
+                if envelope.expired(now):
+                    continue  # never sent (MQTT 5.0 §3.3.2.3.3): a copy would only expire
+                envelope = envelope.with_property(RETAINED, PropertyType.BOOLEAN, True)
+                qos = min(qos_of(envelope.property_value(QOS)), granted)
+                envelope = at_qos(envelope.without_property(QOS), QoS(qos))
+                if apart:
+                    envelope = replace(envelope, message_id=self._ids.beside(envelope.message_id))
+                moves.append(dropbox.write_apart(encode(envelope, as_read=True), retained.body))
+                expiring = expiring or bool(envelope.expiration)
+            if moves:
+                dropbox.send(moves)
+        except OSError:
+            # The copies written and not sent are deleted: one in a spare of the pool stayed
+            # in .spare/ (a body under a name nobody reads), its descriptor kept open.
+            if discard_unsent(moves):
+                dropbox.close_gone()
+            raise
+        if expiring:
+            self._expiring([dropbox.path])
 
     def _matching_retained(self, parsed: TopicFilter) -> Iterator[Retained]:
         if parsed.shared:
