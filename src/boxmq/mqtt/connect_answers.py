@@ -289,17 +289,24 @@ class ConnectAnswers:
             self._batches.start(client)
 
         def said_connected() -> None:
-            if self._links.get(client_id) is client:  # not refused nor closed meanwhile
-                log.log(
-                    log_level(client),
-                    "client %s connected from %s (MQTT %s, %s%s session%s)",
-                    client_id,
-                    client.link.peer,
-                    "5.0" if v5 else "3.1.1",
-                    "" if packet.username is None else f"user {packet.username!r}, ",
-                    "persistent" if session.persistent else "clean",
-                    ", resumed" if present else "",
-                )
+            if self._links.get(client_id) is not client:  # refused or closed meanwhile
+                return
+            if session.persistent:
+                kind = "persistent session, resumed" if present else "persistent session"
+            elif present:  # an MQTT 5.0 Clean Start 0 with a Session Expiry of 0: its session
+                # kept for this connection alone ("clean session, resumed" read as a contradiction)
+                kind = "session resumed, ends at disconnect"
+            else:
+                kind = "clean session"
+            log.log(
+                log_level(client),
+                "client %s connected from %s (MQTT %s, %s%s)",
+                client_id,
+                client.link.peer,
+                "5.0" if v5 else "3.1.1",
+                "" if packet.username is None else f"user {packet.username!r}, ",
+                kind,
+            )
 
         # The first record of a new persistent session, which the disk may refuse, and the
         # CONNECT with it (`_record_refused`): its client is said connected once it is written.

@@ -853,6 +853,29 @@ def test_a_will_the_acl_refuses_is_logged_as_refused_not_as_sent(
     assert "(MQTT 5.0, user 'bob', clean session)" in lines[0]  # the connected line
 
 
+def test_the_connected_line_of_a_session_resumed_to_end_at_its_disconnect_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An MQTT 5.0 CONNECT with Clean Start 0 and no Session Expiry resumes the session it
+    finds, to end with this connection: its line said "clean session, resumed", which reads
+    as a contradiction to an operator (a clean session is a new one; found by a hunt)."""
+
+    async def test(broker: Broker) -> None:
+        first, made = _connack(broker, "dev", clean=False, session_expiry_interval=600)
+        assert not made.session_present
+        first.close()
+        await _until(lambda: not broker._sessions["dev"].connected)
+        _, resumed = _connack(broker, "dev", clean=False)
+        assert resumed.session_present
+
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        run_broker(tmp_path, test)
+    connected = [line for line in logged(caplog, "dev") if "connected from" in line]
+    assert len(connected) == 2, connected
+    assert connected[0].endswith("(MQTT 5.0, persistent session)"), connected
+    assert connected[1].endswith("(MQTT 5.0, session resumed, ends at disconnect)"), connected
+
+
 def test_qos_2_messages_refused_by_the_exactly_once_limits_are_logged_per_client_a_minute(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
