@@ -45,7 +45,7 @@ from mqtt_wire import (
     string,
     varint,
 )
-from options import chosen
+from options import chosen, counts
 from processes import BROKERS, broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -211,7 +211,9 @@ async def _case(pid: int, port: int, figures: Figures, messages: int, budget: fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--groups", default="1,10,100,1000", help="G values, comma-separated")
+    parser.add_argument(
+        "--groups", type=counts, default="1,10,100,1000", help="G values, comma-separated"
+    )
     parser.add_argument("--messages", type=int, default=5_000, help="K per QoS")
     parser.add_argument("--filters", default="distinct,overlap")
     parser.add_argument("--brokers", default="boxmq,mosquitto")
@@ -224,7 +226,7 @@ def main() -> None:
     brokers = chosen(parser, "--brokers", args.brokers, BROKERS)
     results = []
     for filters in every_filters:
-        for g in (int(text) for text in args.groups.split(",")):
+        for g in args.groups:
             for sessions in every_sessions:
                 for broker in brokers:
                     figures = Figures(broker, g, filters, sessions == "clean")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from boxmq.store.commit import FsyncPolicy
 from mqtt_wire import connect5, packet, puback_for, publish5, publish_until, read_packet, string
-from options import chosen
+from options import chosen, counts
 from processes import BROKERS, broker_running, cpu_seconds
 
 _SCRATCH = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -160,7 +160,9 @@ async def _case(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", default="1000,5000", help="N values, comma-separated")
+    parser.add_argument(
+        "--clients", type=counts, default="1000,5000", help="N values, comma-separated"
+    )
     parser.add_argument("--messages", type=int, default=20_000, help="K per QoS")
     parser.add_argument("--brokers", default="boxmq,mosquitto")
     parser.add_argument("--sessions", default="persistent,clean")
@@ -173,7 +175,7 @@ def main() -> None:
     every_sessions = chosen(parser, "--sessions", args.sessions, ("clean", "persistent"))
     brokers = chosen(parser, "--brokers", args.brokers, BROKERS)
     results = []
-    for n in (int(text) for text in args.clients.split(",")):
+    for n in args.clients:
         for sessions in every_sessions:
             for broker in brokers:
                 figures = Figures(broker, n, sessions == "clean")

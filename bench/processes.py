@@ -98,7 +98,10 @@ def start_broker(
     """`broker`, mosquitto or boxmq, on 127.0.0.1:`port`, logging to `folder`/<broker>.log:
     mosquitto (`mosquitto_command`) with the config lines `mosquitto` more; boxmq's `serve
     --mqtt` (`boxmq_command`) under `fsync`, with `boxmq` as its config file and $SYS every
-    `sys_interval` (0: none)."""
+    `sys_interval` (0: none). Any other `broker` is a ValueError: it started boxmq, logged
+    under the name given."""
+    if broker not in BROKERS:
+        raise ValueError(f"start_broker: no broker {broker!r} ({', '.join(BROKERS)})")
     if broker == "mosquitto":
         command = mosquitto_command(folder, f"listener {port} 127.0.0.1\n" + mosquitto)
     else:

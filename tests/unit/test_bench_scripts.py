@@ -168,6 +168,11 @@ _SMALL = {
         ("mqtt_idle.py", "--brokers mosquito", "--brokers: no 'mosquito' (boxmq, mosquitto)"),
         ("tls.py", "--brokers mosquito", "--brokers: no 'mosquito' (boxmq, mosquitto)"),
         ("store.py", "--case processed/ --case 1p_nevr", "no row's label holds '1p_nevr'"),
+        ("mqtt.py", "--cases qos1,qos2,qos1", "--cases: 'qos1' twice"),
+        ("mqtt_idle.py", "--brokers boxmq,mosquitto,mosquitto", "--brokers: 'mosquitto' twice"),
+        ("mqtt_groups.py", "--groups 1,ten", "--groups: '1,ten' is not whole numbers above 0"),
+        ("mqtt_groups.py", "--groups 0", "--groups: '0' is not whole numbers above 0"),
+        ("mqtt_topics.py", "--clients 1k", "--clients: '1k' is not whole numbers above 0"),
     ],
 )
 def test_a_bench_refuses_a_selector_naming_nothing_it_runs(
@@ -177,7 +182,10 @@ def test_a_bench_refuses_a_selector_naming_nothing_it_runs(
     # another the other's rows alone, as if asked; mqtt_groups and mqtt_topics took any
     # --sessions but "clean" for persistent and any --filters but "distinct" for overlap, and
     # they and mqtt_idle any broker but mosquitto for boxmq (mqtt.py and tls.py failed with a
-    # KeyError after their start). Each is a usage error now, naming what there is.
+    # KeyError after their start). Each is a usage error now, naming what there is. So is a
+    # name given twice (mqtt_idle measured mosquitto twice, or once when it was not installed:
+    # it took one of the two out), and a count of --groups or --clients that is not one
+    # (a ValueError's traceback, for --groups 0 once its broker had started).
     refused = subprocess.run(
         [sys.executable, str(BENCH / script), *_SMALL[script].split(), *selector.split()],
         capture_output=True,
@@ -186,6 +194,15 @@ def test_a_bench_refuses_a_selector_naming_nothing_it_runs(
     )
     assert refused.returncode == 2, (refused.stdout[-2000:], refused.stderr[-2000:])
     assert refusal in refused.stderr
+
+
+def test_bench_start_broker_refuses_a_broker_it_does_not_know(tmp_path: Path) -> None:
+    # Any name but "mosquitto" started boxmq, logging under the name given, so that a caller
+    # passing one of its own (amqtt, a typo) measured boxmq under that name.
+    processes = runpy.run_path(str(BENCH / "processes.py"), run_name="bench_processes")
+    with pytest.raises(ValueError, match=r"no broker 'amqtt' \(boxmq, mosquitto\)"):
+        processes["start_broker"]("amqtt", 1883, tmp_path, "never", mosquitto="", boxmq="")
+    assert not list(tmp_path.iterdir())  # nothing written, nothing started
 
 
 def test_no_bench_script_imports_the_tests() -> None:
