@@ -124,11 +124,15 @@ class Move:
         linked: list[str] = []
         try:
             for copy in self.also:
-                # FileExists: a retry after a crash, already there. FileNotFound: the
-                # subscription was deleted while we published; nobody is left to receive it.
-                with contextlib.suppress(FileExistsError, FileNotFoundError):
+                try:
                     os.link(self.source, copy)
                     linked.append(copy)
+                except FileExistsError:
+                    pass  # a retry after a crash: already there
+                except FileNotFoundError:
+                    # The subscription was deleted while we published: nobody is left to
+                    # receive it. Unless only its target/ is missing: raised.
+                    _raise_if_target_missing(copy)
             if self.target is None:
                 os.unlink(self.source)
             else:
@@ -146,7 +150,21 @@ class Move:
         except FileNotFoundError:
             if not os.path.lexists(self.source):
                 raise
+            _raise_if_target_missing(self.also[0])
             os.unlink(self.source)  # the subscription was deleted meanwhile: nobody gets it
+
+
+def _raise_if_target_missing(copy: str) -> None:
+    """A copy into `<subscription>/target/` found no folder: fine if the subscription is gone
+    (deleted: `remove_subscription` renames its whole folder away in one step); raised if
+    only its target/ is missing (an operator moved it aside, docs/operations.md "Disk
+    usage"), for the publication to fail and be sent again, not be dropped while the
+    subscription still exists."""
+    target = os.path.dirname(copy)
+    if os.path.lexists(os.path.dirname(target)):
+        raise FileNotFoundError(
+            errno.ENOENT, "the subscription's target/ is missing (moved aside?)", target
+        )
 
 
 _SYNCFS = libc.function("syncfs")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -99,17 +100,18 @@ def test_a_fan_out_links_every_copy_and_removes_the_staged_file(
     tmp_path: Path, policy: FsyncPolicy
 ) -> None:
     for name in ("a", "b", "gone"):
-        (tmp_path / name).mkdir()
+        (tmp_path / name / "target").mkdir(parents=True)
     staged = tmp_path / "staged"
     staged.write_bytes(b"once")
-    os.rmdir(tmp_path / "gone")  # a subscription deleted while publishing: skipped
-    copies = tuple(str(tmp_path / d / "m") for d in ("a", "b", "gone"))
+    shutil.rmtree(tmp_path / "gone")  # a subscription deleted while publishing: skipped
+    copies = tuple(str(tmp_path / d / "target" / "m") for d in ("a", "b", "gone"))
     committer = Committer(str(tmp_path), policy)
     committer.commit([Move(str(staged), None, copies)])  # `always` flushes no folder gone
     committer.close()
     assert not staged.exists()
-    assert (tmp_path / "a" / "m").read_bytes() == b"once"
-    assert os.stat(tmp_path / "a" / "m").st_ino == os.stat(tmp_path / "b" / "m").st_ino
+    assert (tmp_path / "a" / "target" / "m").read_bytes() == b"once"
+    a, b = (os.stat(tmp_path / d / "target" / "m").st_ino for d in ("a", "b"))
+    assert a == b
 
 
 @pytest.mark.parametrize("policy", list(FsyncPolicy))
@@ -556,3 +558,32 @@ _MOVES = st.builds(
 def test_the_folders_a_group_flushes_are_those_its_moves_wrote_into(moves: list[Move]) -> None:
     # _folders_of reads most folders off their paths without posixpath.dirname: the same.
     assert commit._folders_of(moves) == set[str]().union(*(m.directories() for m in moves))
+
+
+def test_a_fan_out_to_one_dropbox_whose_target_was_moved_aside_fails(tmp_path: Path) -> None:
+    """The subscription is still there (its folder), only its target/ is missing (an operator
+    moved it aside to recreate it): the publication fails, for its publisher to send again,
+    rather than being dropped as for a deleted subscription."""
+    (tmp_path / "staged").write_bytes(b"body")
+    (tmp_path / "sub" / "working").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError):
+        Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
+            [Move(str(tmp_path / "staged"), None, (str(tmp_path / "sub" / "target" / "m"),))]
+        )
+    assert (tmp_path / "staged").read_bytes() == b"body"
+
+
+def test_a_fan_out_to_a_dropbox_whose_target_was_moved_aside_fails_and_takes_back_its_copies(
+    tmp_path: Path,
+) -> None:
+    for name in ("a/target", "b/working", "gone"):
+        (tmp_path / name).mkdir(parents=True)
+    os.rmdir(tmp_path / "gone")
+    (tmp_path / "staged").write_bytes(b"body")
+    copies = tuple(str(tmp_path / d / "target" / "m") for d in ("a", "gone", "b"))
+    with pytest.raises(FileNotFoundError):
+        Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
+            [Move(str(tmp_path / "staged"), None, copies)]
+        )
+    assert os.listdir(tmp_path / "a" / "target") == []
+    assert (tmp_path / "staged").read_bytes() == b"body"
