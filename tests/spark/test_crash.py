@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -62,6 +62,13 @@ def _reads(tmp_path: Path) -> list[tuple[int, str]]:
     return [(int(line.split()[0]), line.split()[1]) for line in lines]
 
 
+def _each_once(copies: Sequence[boxmq.Peeked], ids: Sequence[str]) -> None:
+    """The sink's copies carry each source message's id once: none lost, none twice."""
+    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
+    assert sorted(sources) == sorted(ids)  # every message once...
+    assert set(sources.values()) == {1}  # ...and not one twice
+
+
 def _crash_and_restart(
     mode: str, tmp_path: Path, between: Callable[[], object] = lambda: None
 ) -> list[MessageId]:
@@ -104,10 +111,7 @@ def test_exactly_once_when_killed_between_the_sinks_publish_and_sparks_commit(
     assert (tmp_path / "killed").read_text() == "commit"
 
     with boxmq.open(tmp_path / "data") as box:
-        copies = box.queue("out").peek()
-    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
-    assert sorted(sources) == sorted(ids)  # every message once...
-    assert set(sources.values()) == {1}  # ...and not one twice
+        _each_once(box.queue("out").peek(), ids)
 
 
 def test_exactly_once_when_killed_after_the_source_planned_a_batch_spark_never_logged(
@@ -135,10 +139,7 @@ def test_exactly_once_when_killed_after_the_source_planned_a_batch_spark_never_l
     assert sorted(os.listdir(folder / "processing")) == []
     assert len(os.listdir(folder / "processed")) == MESSAGES
     with boxmq.open(tmp_path / "data") as box:
-        copies = box.queue("out").peek()
-    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
-    assert sorted(sources) == sorted(ids)  # every message once...
-    assert set(sources.values()) == {1}  # ...and not one twice
+        _each_once(box.queue("out").peek(), ids)
 
 
 def test_exactly_once_from_a_share_group_to_a_topic_when_killed_after_the_sinks_publish(
@@ -163,9 +164,7 @@ def test_exactly_once_from_a_share_group_to_a_topic_when_killed_after_the_sinks_
     with boxmq.open(tmp_path / "data") as box:
         copies = box.subscription("out/#", "collector").peek()
         group = subscription_dropbox(box.root, "$share/etl/in/#", "spark")
-    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
-    assert sorted(sources) == sorted(ids)  # every message once...
-    assert set(sources.values()) == {1}  # ...and not one twice
+    _each_once(copies, ids)
     assert {p.envelope.topic for p in copies} == {"out/copy"}
     left = [len(os.listdir(os.path.join(group, state))) for state in ("target", "processing")]
     assert left == [0, 0]  # the group's messages all acknowledged
@@ -226,10 +225,7 @@ def test_exactly_once_and_nothing_left_claimed_when_killed_in_the_middle_of_the_
     assert sorted(os.listdir(folder / "processing")) == []  # nothing left locked
     assert len(os.listdir(folder / "processed")) == MESSAGES
     with boxmq.open(tmp_path / "data") as box:
-        copies = box.queue("out").peek()
-    sources = collections.Counter(str(p.envelope.user_properties()["source_id"]) for p in copies)
-    assert sorted(sources) == sorted(ids)  # every message once...
-    assert set(sources.values()) == {1}  # ...and not one twice
+        _each_once(box.queue("out").peek(), ids)
 
 
 def test_exactly_once_in_parquet_when_killed_mid_batch(tmp_path: Path, spark: SparkSession) -> None:
