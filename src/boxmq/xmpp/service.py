@@ -13,6 +13,7 @@ through `poll()` (the component calls it after each batch of stanzas and on its 
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -46,10 +47,11 @@ from boxmq.errors import (
     QueueNotFound,
     ResourceConstraint,
     StoreFailed,
+    TargetMissing,
     store_failure,
 )
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.layout import is_dropbox, no_dropbox, queue_path
+from boxmq.store.layout import State, is_dropbox, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import (
@@ -986,14 +988,18 @@ class QueueService:
         """A node is a queue if one of that name exists; any other node is a topic. A queue
         is remembered (until it is found deleted elsewhere); a topic is looked for again at
         each request, with one look at the folder, since a queue of its name may be made
-        at any time by the CLI or the API."""
+        at any time by the CLI or the API. A queue is its folder, as for a queue deleted
+        elsewhere: one whose target/ is moved aside to be made again (docs/operations.md,
+        "Disk usage") is still a queue, its requests refused until target/ is back (_queue),
+        not the topic of that name, which took its publishes from its consumers."""
         if node in self._queues:
             return True
         try:
             # no_dropbox first, not box.queue(create=False) alone: its QueueNotFound looks at
             # the folder a second time to word its advice, which nobody reads here
-            if no_dropbox(queue_path(self._box.root, node)):
-                return False
+            path = queue_path(self._box.root, node)
+            if no_dropbox(path):
+                return os.path.isdir(path)  # its target/ alone missing: a queue still
             self._queue(node)
         except (QueueNotFound, InvalidName):
             return False
@@ -1028,7 +1034,12 @@ class QueueService:
         if queue is None:
             try:
                 queue = self._box.queue(node, create=False)
-            except QueueNotFound:  # item-not-found; its text the API's: `boxmq ls`, the root
+            except QueueNotFound as error:  # item-not-found; not the API's `boxmq ls`, root
+                path = queue_path(self._box.root, node)
+                if os.path.isdir(path):  # its folder there, target/ moved aside: wait for it
+                    target = os.path.join(path, State.TARGET.value)
+                    missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
+                    raise TargetMissing(missing, node, target) from error
                 raise QueueNotFound(f"no node {node!r}") from None
             self._queues[node] = queue
         return queue

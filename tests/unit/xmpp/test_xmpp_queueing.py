@@ -1370,3 +1370,26 @@ def test_the_listings_of_xep_0254_sent_as_they_are_written(wire: Wire) -> None:
     [listing_11] = _events_to(wire, _WORKER)
     assert listing_11.get("node") == _LISTED_NODE
     assert [(e.tag, e.get("id")) for e in listing_11] == [(f"{{{ns.QUEUEING}}}unlock", second)]
+
+
+def test_a_publish_to_a_queue_not_known_here_while_its_target_is_moved_aside_is_refused(
+    box: boxmq.Box, root: Path
+) -> None:
+    # A queue this process has not met yet (made by the CLI, or by another component) was
+    # looked up by its target/: during operations.md's `mv target target.old && mkdir target`
+    # a publish to it went to the topic of that name, lost to the queue's consumers.
+    box.queue("orders")
+    folder = root / "orders"
+    (folder / "target").rename(folder / "target.old")
+    with wired(box, node=None) as wire:
+        reply = wire.iq(
+            CAROL,
+            f"<pubsub xmlns='{PS}'><publish node='orders'><item><x xmlns='urn:t'/></item>"
+            "</publish></pubsub>",
+        )
+        assert condition(reply) == ("wait", "internal-server-error")  # try again later
+        assert "has no target/" in error_text(reply)
+        assert not (folder / "target").exists()  # none made: the operator's mkdir is to come
+        (folder / "target").mkdir()
+        item = wire.publish(node="orders")  # target/ is back: stored in the queue
+    assert [p.envelope.message_id for p in box.queue("orders").peek()] == [item]
