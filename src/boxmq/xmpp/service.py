@@ -51,7 +51,7 @@ from boxmq.errors import (
     store_failure,
 )
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.layout import State, is_dropbox, no_dropbox, queue_path
+from boxmq.store.layout import State, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import (
@@ -887,7 +887,10 @@ class QueueService:
 
     def _create(self, iq: Iq, request: Create) -> str:
         path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
-        if is_dropbox(path):
+        # Its folder, not its target/: one moved aside to be made again (docs/operations.md,
+        # "Disk usage") is a queue still, whose subscribers a create forgot, and whose new
+        # target/ it made under the operator's `mkdir target`.
+        if os.path.isdir(path):
             raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
         if request.node in self._queues:  # known here, its folder gone: deleted elsewhere
             self._forget_deleted(request.node)  # its subscribers are not the topic's

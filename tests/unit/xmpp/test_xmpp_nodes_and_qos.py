@@ -831,6 +831,24 @@ def test_the_timer_keeps_the_subscribers_of_a_queue_whose_target_is_moved_aside(
     assert wire.events() == [(BOB, "item", item)]
 
 
+def test_a_create_of_a_queue_whose_target_is_moved_aside_is_conflict_and_keeps_it(
+    wire: Wire, root: Path
+) -> None:
+    # A create during operations.md's `mv target target.old && mkdir target` took the queue
+    # for deleted elsewhere: bob was told <delete/> and unsubscribed, and a new target/ was
+    # made, on which the operator's `mkdir target` then failed.
+    wire.create()
+    wire.subscribe(BOB, 1)
+    folder = root / "jobs"
+    (folder / "target").rename(folder / "target.old")
+    assert condition(wire.create()) == ("cancel", "conflict")  # the node exists
+    assert _deletes(wire) == []
+    assert not (folder / "target").exists()  # none made: the operator's mkdir is to come
+    (folder / "target").mkdir()
+    item = wire.publish()
+    assert wire.events() == [(BOB, "item", item)]  # still subscribed
+
+
 def test_a_clock_stepped_back_does_not_put_off_the_timers_look_for_deleted_queues(
     wire: Wire, root: Path
 ) -> None:
@@ -867,19 +885,21 @@ def test_acknowledged_to_a_known_queue_looks_at_no_folder_first(
     wire: Wire, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Each acknowledged message looked at the queue's folder (a stat) before its put, for a
-    # queue deleted elsewhere, which the put finds by itself (as a publish's does).
-    from boxmq.store.layout import is_dropbox
-    from boxmq.xmpp import service
+    # queue deleted elsewhere, which the put finds by itself (as a publish's does). A look is
+    # an isdir of its folder: deleted is the folder gone, not its target/ alone.
+    import os.path
 
     looks: list[str] = []
+    folder = str(root / "jobs")
 
     def counted(path: str) -> bool:
-        looks.append(path)
+        if os.fspath(path) == folder:
+            looks.append(folder)
         return real(path)
 
     wire.create()
-    real = is_dropbox
-    monkeypatch.setattr(service, "is_dropbox", counted)
+    real = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", counted)
     for n in range(3):
         reply = wire.iq(CAROL, _wrapped("acknowledged", None, str(n)), to=NODE_AT)
         assert reply.get("type") == "result"
