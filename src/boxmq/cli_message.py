@@ -6,6 +6,7 @@ do next."""
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from boxmq.errors import (
     Forbidden,
     InvalidArgument,
     ItemNotFound,
+    QueueNotFound,
+    TargetMissing,
     UnexpectedRequest,
 )
 from boxmq.store.layout import State, queue_path
@@ -46,7 +49,7 @@ def before_publish(args: argparse.Namespace) -> None:
 def put(args: argparse.Namespace, box: Box) -> int:
     body: bytes = args.payload  # before_put read it
     properties = dict(args.property)  # each name once: cli.main refused one given twice
-    message_id = box.queue(args.queue).put(
+    message_id = _queue_to_put(box, args.queue).put(
         body,
         priority=args.priority,
         properties=properties,
@@ -57,6 +60,23 @@ def put(args: argparse.Namespace, box: Box) -> int:
     )
     output.emit(args, {"queue": args.queue, "id": message_id}, message_id)
     return 0
+
+
+def _queue_to_put(box: Box, name: str) -> Queue:
+    """The queue `name`, made if its folder is not there. One whose folder is there without
+    its target/ is not made again: that target/ was moved aside to be recreated
+    (docs/operations.md, "Disk usage"), and a new one made here took the message in the
+    middle of it and made the operator's `mkdir target` fail. Refused as the API's put
+    refuses it then (TargetMissing), nothing put."""
+    try:
+        return box.queue(name, create=False)
+    except QueueNotFound:
+        path = queue_path(box.root, name)
+        target = os.path.join(path, State.TARGET.value)
+        if os.path.isdir(path) and not os.path.lexists(target):
+            missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
+            raise TargetMissing(missing, name, target) from None
+        return box.queue(name)  # no folder: made, as ever; a target/ that is a file: said
 
 
 # The largest body `put` and `publish` read: the largest MQTT packet (MQTT 5.0 §1.5.5, the

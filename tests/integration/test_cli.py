@@ -72,6 +72,29 @@ def test_put_get_ack_round_trip(root: Path) -> None:
     }
 
 
+def test_put_into_a_queue_whose_target_is_moved_aside_is_refused_and_makes_none(
+    root: Path,
+) -> None:
+    # `put` made a new target/ in operations.md's `mv target target.old && mkdir target`:
+    # the message went into it, and the operator's `mkdir target` failed (File exists).
+    ok(root, "put", "jobs", "one")
+    folder = root / "jobs"
+    (folder / "target").rename(folder / "target.old")
+    before = sorted(folder.rglob("*"))
+    done = boxmq_cli(root, "put", "jobs", "two")
+    assert done.returncode == 1, done
+    assert "Traceback" not in done.stderr, done.stderr
+    said = done.stderr.strip()
+    assert said.startswith("boxmq put: queue 'jobs' has no target/"), said
+    assert "nothing was put; put again once it is back" in said, said
+    assert sorted(folder.rglob("*")) == before  # no target/, no body left in working/
+    (folder / "target").mkdir()
+    ok(root, "put", "jobs", "two")
+    assert json.loads(ok(root, "--json", "get", "jobs"))["body"] == "two"  # "one" is aside
+    ok(root, "put", "fresh", "three")  # a queue with no folder is made, as ever
+    assert len(os.listdir(root / "fresh" / "target")) == 1
+
+
 def test_human_output_of_get_and_ls(root: Path) -> None:
     ok(root, "put", "jobs", "-", stdin="from stdin")
     text = ok(root, "get", "jobs")
