@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import boxmq
 from boxmq.clock import ManualClock
+from boxmq.errors import TargetMissing
 from boxmq.model import MessageId
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.names import decode
@@ -61,9 +62,9 @@ def test_a_bare_put_that_cannot_commit_leaves_nothing_as_put_many_does() -> None
         jobs = box.queue("jobs")
         with jobs.consumer("w") as consumer:
             os.rmdir(os.path.join(root, "jobs", "target"))  # the commit's rename fails
-            with pytest.raises(FileNotFoundError):
+            with pytest.raises(TargetMissing):  # the store failure, not the bare OSError
                 jobs.put(b"lost")
-            with pytest.raises(FileNotFoundError):
+            with pytest.raises(TargetMissing):  # the store failure, not the bare OSError
                 jobs.put_many([b"lost"])
             assert os.listdir(os.path.join(root, "jobs", "working")) == []
             os.mkdir(os.path.join(root, "jobs", "target"))
