@@ -397,3 +397,86 @@ def test_reclaim_takes_a_delivered_id_for_a_new_message() -> None:
     box.stored("s", "m")
     assert box.deliver("s", "m", now=3.0) is Action.DELIVER
     assert box.deliver("s", "m", now=4.0) is Action.ANSWER
+
+
+def test_the_pending_deadline_heap_stays_near_the_number_pending() -> None:
+    """MQTT's QoS 2 delivers each message long before its pending_ttl: the deadlines of the
+    delivered ones must not pile up till then (30,000 a second for an hour)."""
+    box = ExactlyOnce(ExactlyOnceLimits(done_ttl=0.0))  # MQTT's: nothing remembered
+    store(box, "kept", "1", now=0.0)  # pending all along: every rebuild keeps it
+    for index in range(20_000):
+        now = 1.0 + index / 1000
+        store(box, "c", str(index % 65_535), now=now)
+        assert box.deliver("c", str(index % 65_535), now=now) is Action.DELIVER
+    assert len(box._pending_deadlines) <= 2 * box.statistics().pending + 1024
+    store(box, "late", "1", now=30.0)
+    assert box.next_deadline() == 3600.0
+    assert box.expire(now=3599.0) == []
+    assert box.expire(now=3600.0) == [("kept", "1")]
+    assert box.expire(now=3630.0) == [("late", "1")]
+    assert box.next_deadline() is None
+
+
+# A step on a box against a plain dict of what is pending and when it expires: store
+# (assured then stored) or restore, either some seconds back, so that deadlines come out of
+# the order they were added in; churn (stored and delivered, some times over: MQTT's QoS 2,
+# which leaves stale heap items), deliver, forget, drop one source's, expire, and tick.
+BOOK_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["store", "restore"]), SOURCES, IDS, st.integers(0, 5)),
+        st.tuples(st.just("churn"), SOURCES, IDS, st.integers(1, 20)),
+        st.tuples(st.sampled_from(["deliver", "forget"]), SOURCES, IDS),
+        st.tuples(st.just("drop"), SOURCES),
+        st.tuples(st.just("expire")),
+        st.tuples(st.just("tick"), st.integers(0, 6)),
+    ),
+    max_size=200,
+)
+
+
+@given(BOOK_STEPS)
+def test_expire_gives_exactly_the_pending_past_their_ttl_through_rebuilds(
+    steps: list[tuple[object, ...]],
+) -> None:
+    """With the rebuild's slack small enough that the heap is rebuilt often: it never holds
+    more than twice the pending messages and the slack, and `expire` and `next_deadline`
+    answer as a scan of every pending one does."""
+    box = ExactlyOnce(ExactlyOnceLimits(pending_ttl=10.0, done_ttl=0.0), stale_slack=2)
+    model: dict[tuple[str, str], float] = {}  # pending -> its deadline
+    now = 0.0
+    for step in steps:
+        kind = step[0]
+        if kind == "tick":
+            assert isinstance(step[1], int)
+            now += step[1]
+        elif kind == "expire":
+            due = sorted((deadline, *key) for key, deadline in model.items() if deadline <= now)
+            assert box.expire(now=now) == [(source, msg_id) for _, source, msg_id in due]
+            model = {key: deadline for key, deadline in model.items() if deadline > now}
+        elif kind == "drop":
+            dropped = box.drop_pending(str(step[1]))
+            assert sorted(dropped) == sorted(m for s, m in model if s == step[1])
+            model = {key: deadline for key, deadline in model.items() if key[0] != step[1]}
+        else:
+            key = (str(step[1]), str(step[2]))
+            if kind == "store" and key not in model:
+                assert isinstance(step[3], int)
+                store(box, *key, now=now - step[3])
+                model[key] = now - step[3] + 10.0
+            elif kind == "churn" and key not in model:
+                assert isinstance(step[3], int)
+                for _ in range(step[3]):
+                    store(box, *key, now=now)
+                    assert box.deliver(*key, now=now) is Action.DELIVER
+            elif kind == "deliver" and key in model:
+                assert box.deliver(*key, now=now) is Action.DELIVER
+                del model[key]
+            elif kind == "forget":
+                box.forget(*key)
+                model.pop(key, None)
+            elif kind == "restore":  # found in working/ again
+                assert isinstance(step[3], int)
+                box.restore(*key, size=1, since=now - step[3], delivered=False)
+                model[key] = now - step[3] + 10.0
+        assert len(box._pending_deadlines) <= 2 * len(model) + 2
+        assert box.next_deadline() == min(model.values(), default=None)
