@@ -261,12 +261,15 @@ def test_a_server_that_would_send_qos2_on_a_connection_whose_session_moved_close
         record = read_record(str(root), "roamer")
         assert record is not None
         assert (record.held_by, record.disconnected_at) == (taken.held_by, None)  # B's
-        got = {p.payload for p in publishes(on_b, within=1.0)}  # what B claimed
         time.sleep(EXPIRY + 1.0)  # A's expiry, had it kept the session, passes
         assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
         sender.publish("news/1", b"later", 2)
-        [later] = take_publishes(on_b, 1)
-        assert later.payload == b"later"
+        # What B claimed of m0-m2 comes before the message published after them, however
+        # long a loaded machine makes B take (a second of silence let a late one pass for
+        # "later").
+        got: set[bytes] = set()
+        while (next_one := take_publishes(on_b, 1)[0].payload) != b"later":
+            got.add(next_one)
         sender.stop()
         # What A had claimed for its connection and never sent is the session's: it goes
         # out at the session's next resumption, here from the disk (A let go of it); B's
@@ -275,8 +278,8 @@ def test_a_server_that_would_send_qos2_on_a_connection_whose_session_moved_close
         recorded_away(root, "roamer")
         on_b, present = open_raw(a, "roamer", expiry=EXPIRY)
         assert present
-        got |= {p.payload for p in publishes(on_b, within=2.0)}
-        assert got >= {b"m0", b"m1", b"m2"}
+        while not got >= {b"m0", b"m1", b"m2"}:  # each comes in up to 10 s, or it fails
+            got.add(take_publishes(on_b, 1)[0].payload)
     finally:
         on_a.close()
         on_b.close()
