@@ -306,25 +306,32 @@ def test_a_session_asked_for_never_ends_at_the_servers_limit_and_sends_its_delay
 def test_a_delayed_wills_message_expiry_counts_from_its_publication_not_the_close(
     server: RunningServer,
 ) -> None:
-    """Will Delay 2 s, Message Expiry 3 s, a persistent subscriber away: the Will is published
-    2 s after the close and lives 3 s from then (§3.1.3.2.4: its Publication Expiry Interval),
-    so the subscriber back 3.5 s after the close is sent it, with what is left of it; counted
-    from the close, it would have expired half a second before."""
+    """Will Delay 4 s, Message Expiry 6 s, a persistent subscriber away: the Will is published
+    4 s after the close and lives 6 s from then (§3.1.3.2.4: its Publication Expiry Interval),
+    so the subscriber back 7 s after the close is sent it, with what is left of it; counted
+    from the close, it would have expired a second before. The return waits for the Will's
+    publication, seen by a watcher, and comes 1.5 s after it at least: however late a loaded
+    server publishes it, the Will has 4.5 s to live then, and has been counted down."""
     away = paho(server, "away", clean=False, expiry=60)
     away.subscribe("wills/#", 1)
     away.stop()
-    will_properties = {"WillDelayInterval": 2, "MessageExpiryInterval": 3}
+    watcher = paho(server, "watcher")
+    watcher.subscribe("wills/#", 1)
+    will_properties = {"WillDelayInterval": 4, "MessageExpiryInterval": 6}
     dying = paho(server, "late", clean=False, expiry=60,
                  configure=_will("wills/late", b"gone", **will_properties))  # fmt: skip
     sock = dying.client.socket()
     assert sock is not None
     dying.client.loop_stop()
+    closed = time.monotonic()
     sock.close()  # no DISCONNECT: the Will waits its delay
-    time.sleep(3.5)
+    seen = watcher.next(timeout=4 + WAIT)  # published
+    assert (seen.topic, seen.payload) == ("wills/late", b"gone")
+    time.sleep(max(1.5, closed + 7 - time.monotonic()))
     back = paho(server, "away", clean=False, expiry=60)
     will = back.next(timeout=WAIT)
     assert (will.topic, will.payload) == ("wills/late", b"gone")
-    assert 0 < will.properties.MessageExpiryInterval <= 2
+    assert 0 < will.properties.MessageExpiryInterval < 6
 
 
 @pytest.mark.parametrize("delay", [None, 1])
