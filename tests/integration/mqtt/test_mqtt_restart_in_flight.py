@@ -40,7 +40,7 @@ from tests.integration.mqtt.raw import (
     subscribe,
     take_publishes,
 )
-from tests.waiting import waited
+from tests.waiting import until
 
 from boxmq.mqtt.session_record import read_record
 
@@ -270,7 +270,10 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
         assert [m.payload for m in held] == [b"held1", b"held2", b"held3"]
         device.close()  # its session's record names what was in flight, and under which ids
         # A SIGKILL must come after the close is written.
-        waited(lambda: _sent_in_record(target, "device") > 0)
+        until(
+            lambda: _sent_in_record(target, "device") > 0,
+            "no record of the close names what was in flight",
+        )
         server = _restart(server, how, target)
         device, present = open_raw(target, "device", clean=False, expiry=300)
         assert present
@@ -447,7 +450,10 @@ def test_a_qos1_message_whose_expiry_ran_out_over_a_restart_is_sent_again_with_a
         assert [(m[0], m[2]) for m in held] == [(b"short", False), (b"long", False)]
         device.close()
         # A SIGKILL must come after the close is written.
-        waited(lambda: _sent_in_record(target, "device") == 2)
+        until(
+            lambda: _sent_in_record(target, "device") == 2,
+            "no record of the close names both messages in flight",
+        )
         time.sleep(max(0.0, published + 1.5 - time.monotonic()))  # "short" is past its interval
         server = _restart(server, how, target)
         device, present = open_raw(target, "device", clean=False, expiry=300)
@@ -502,7 +508,7 @@ def test_a_share_group_left_holding_a_message_that_expires_over_a_restart_is_lef
         assert (payload, dup, left) == (b"short", True, 1)
         assert (members / "leaver").exists()  # it holds the message still
         leaver.sendall(puback(packet_id))
-        waited(lambda: not (members / "leaver").exists())
+        until(lambda: not (members / "leaver").exists(), "the PUBACK let go of nothing")
         assert [path.name for path in members.iterdir()] == ["stayer"]
         leaver.close()
     finally:
