@@ -213,8 +213,9 @@ class _Gate(threading.Thread):
     """A TCP relay from mosquitto_sub to the server that can swallow what the client sends
     (`swallow`): what a server killed before it read its socket never got. `swallowed` counts
     the chunks it took; `pubcomps` the PUBCOMPs it passed on (the server reads them before a
-    close of the same connection, which comes after them on it); `cut` drops the connections
-    open (the client connects again by itself)."""
+    close of the same connection, which comes after them on it); `subacks` the SUBACKs it
+    passed back (the client reads each before what the server sends after it); `cut` drops
+    the connections open (the client connects again by itself)."""
 
     def __init__(self, server_port: int) -> None:
         super().__init__(daemon=True)
@@ -224,6 +225,7 @@ class _Gate(threading.Thread):
         self.swallow = False
         self.swallowed = 0
         self.pubcomps = 0
+        self.subacks = 0
         self.open: list[socket.socket] = []
 
     def run(self) -> None:
@@ -247,7 +249,7 @@ class _Gate(threading.Thread):
                 end.shutdown(socket.SHUT_RDWR)
 
     def _pipe(self, source: socket.socket, sink: socket.socket, gated: bool) -> None:
-        kinds: _Kinds | None = _Kinds() if gated else None
+        kinds: _Kinds | None = _Kinds()
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 if gated and self.swallow:
@@ -255,8 +257,12 @@ class _Gate(threading.Thread):
                     kinds = None  # a packet cut short: this stream's kinds are lost
                     continue
                 sink.sendall(data)
-                if kinds is not None:
+                if kinds is None:
+                    continue
+                if gated:
                     self.pubcomps += kinds.read(data).count(mqtt.PUBCOMP >> 4)
+                else:
+                    self.subacks += kinds.read(data).count(mqtt.SUBACK >> 4)
         for end in (source, sink):  # one side gone: the connection is over for both
             with contextlib.suppress(OSError):
                 end.shutdown(socket.SHUT_RDWR)
@@ -348,7 +354,7 @@ def test_mosquitto_subs_stale_qos2_copy_does_not_take_the_next_message_after_a_r
             "mosquitto_sub did not subscribe",
             within=30,
         )
-        time.sleep(0.5)  # its SUBACK read
+        until(lambda: gate.subacks, "mosquitto_sub was not sent its SUBACK")  # read first
         gate.swallow = True
         _publish_qos2(target.port, "A")
         until(  # its PUBREC, which the server will never read
