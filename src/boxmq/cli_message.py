@@ -67,16 +67,20 @@ def _queue_to_put(box: Box, name: str) -> Queue:
     its target/ is not made again: that target/ was moved aside to be recreated
     (docs/operations.md, "Disk usage"), and a new one made here took the message in the
     middle of it and made the operator's `mkdir target` fail. Refused as the API's put
-    refuses it then (TargetMissing), nothing put."""
+    refuses it then (TargetMissing), nothing put. One whose target/ is a file is refused in
+    box.queue's words ("queue is broken", and how to mend it), as `boxmq get` refuses it:
+    making it said "File exists", with advice for a --data folder in the way."""
     try:
         return box.queue(name, create=False)
     except QueueNotFound:
         path = queue_path(box.root, name)
+        if not os.path.isdir(path):
+            return box.queue(name)  # no folder: made, as ever
         target = os.path.join(path, State.TARGET.value)
-        if os.path.isdir(path) and not os.path.lexists(target):
+        if not os.path.lexists(target):
             missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
-            raise TargetMissing(missing, name, target) from None
-        return box.queue(name)  # no folder: made, as ever; a target/ that is a file: said
+            raise TargetMissing(missing, name, target, putting=True) from None
+        raise  # target/ a file: broken, said so
 
 
 # The largest body `put` and `publish` read: the largest MQTT packet (MQTT 5.0 §1.5.5, the

@@ -194,16 +194,22 @@ class TargetMissing(StoreFailed):
     made again (docs/operations.md, "Disk usage") or removed by hand. A state of the store
     that passes once target/ is back, not a deleted queue (QueueNotFound): the doors refuse
     the message as any store failure (XMPP internal-server-error, type wait), and keep the
-    queue's subscribers. Nothing of the message was kept."""
+    queue's subscribers. Nothing of the message was kept. Worded for its caller: `putting`
+    for a put ("nothing was put; put again"), else for any request refused so (an XMPP
+    subscribe, disco#items, unlock: "nothing was changed; try again"); `since`, when that
+    target/ was there, as " since this Queue was made"."""
 
-    def __init__(self, error: OSError, queue: str, target: str) -> None:
+    def __init__(
+        self, error: OSError, queue: str, target: str, *, putting: bool = False, since: str = ""
+    ) -> None:
         self.errno = error.errno or errno.ENOENT
         self.path = target
+        undone, again = ("put", "put") if putting else ("changed", "try")
         BoxMQError.__init__(
             self,
-            f"queue {queue!r} has no target/ ({target}): moved aside or removed since this "
-            f"Queue was made, nothing was put; put again once it is back (mkdir {target}, "
-            f"as operations.md's Disk usage does)",
+            f"queue {queue!r} has no target/ ({target}): moved aside or removed{since}, "
+            f"nothing was {undone}; {again} again once it is back (mkdir {target}, as "
+            "operations.md's Disk usage does)",
         )
 
 

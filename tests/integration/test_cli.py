@@ -95,6 +95,24 @@ def test_put_into_a_queue_whose_target_is_moved_aside_is_refused_and_makes_none(
     assert len(os.listdir(root / "fresh" / "target")) == 1
 
 
+def test_put_into_a_queue_whose_target_is_a_file_says_the_queue_is_broken(root: Path) -> None:
+    # `put` said "target: File exists: it is a file, not a folder (or choose another --data
+    # folder)", advice for a root in the way, where `get` said the queue is broken and how to
+    # mend it.
+    ok(root, "put", "jobs", "one")
+    folder = root / "jobs"
+    (folder / "target").rename(folder / "target.old")
+    (folder / "target").write_bytes(b"")
+    before = sorted(folder.rglob("*"))
+    done = boxmq_cli(root, "put", "jobs", "two")
+    assert done.returncode == 1, done
+    said = done.stderr.strip()
+    assert said.startswith("boxmq put: queue 'jobs' is broken: "), said
+    assert "is a file, not a folder" in said, said
+    assert "boxmq delete jobs" in said, said
+    assert sorted(folder.rglob("*")) == before  # nothing put, nothing made
+
+
 def test_human_output_of_get_and_ls(root: Path) -> None:
     ok(root, "put", "jobs", "-", stdin="from stdin")
     text = ok(root, "get", "jobs")

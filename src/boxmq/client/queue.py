@@ -244,7 +244,9 @@ class Queue:
             ) from error
         target = self._box.dir(State.TARGET)
         if not os.path.isdir(target):
-            raise TargetMissing(error, self.name, target) from error
+            raise TargetMissing(
+                error, self.name, target, putting=True, since=" since this Queue was made"
+            ) from error
 
     def _put_body(self, body: bytes | str) -> MessageId:
         """`put_many([body])[0]` for one bare body, the common put, in one call instead of

@@ -1393,3 +1393,24 @@ def test_a_publish_to_a_queue_not_known_here_while_its_target_is_moved_aside_is_
         (folder / "target").mkdir()
         item = wire.publish(node="orders")  # target/ is back: stored in the queue
     assert [p.envelope.message_id for p in box.queue("orders").peek()] == [item]
+
+
+def test_a_subscribe_or_disco_items_while_target_is_moved_aside_says_nothing_was_changed(
+    box: boxmq.Box, root: Path
+) -> None:
+    # The refusal of a request that puts nothing (a subscribe, a disco#items) to a queue whose
+    # target/ is moved aside said "nothing was put; put again", the words of a put.
+    box.queue("orders")
+    folder = root / "orders"
+    (folder / "target").rename(folder / "target.old")
+    with wired(box, node=None) as wire:
+        disco = f"<query xmlns='{ns.DISCO_ITEMS}' node='orders'/>"
+        for reply in (wire.subscribe(BOB, 1, node="orders"), wire.iq(BOB, disco, type="get")):
+            assert condition(reply) == ("wait", "internal-server-error")  # try again later
+            said = error_text(reply)
+            assert "queue 'orders' has no target/" in said, said
+            assert "nothing was changed; try again once it is back" in said, said
+            assert "nothing was put" not in said, said
+        assert not (folder / "target").exists()  # none made: the operator's mkdir is to come
+        (folder / "target").mkdir()
+        assert wire.subscribe(BOB, 1, node="orders").get("type") == "result"
