@@ -24,6 +24,8 @@ import io
 import os
 import re
 import shlex
+import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -668,6 +670,60 @@ def test_every_python_block_parses_and_names_what_boxmq_has() -> None:
         ]
     assert wrong == []
     assert len(blocks) > 5  # the blocks are read at all
+
+
+# a line of python.md's flow-control block that says what a call returns: `x.holding()  # 2: ...`
+_STATED = re.compile(r"^( *)(\w+\.holding\(\)) +# (\d+)\b.*$", re.M)
+
+
+def _exec_until_drained(block: str, names: dict[str, Any]) -> list[BaseException]:
+    """Run `block` (whose loop waits for ever) in a thread until its queue `jobs` has three
+    messages done, then close its box, which ends the loop; what it raised, if anything."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            exec(block, names)
+        except BaseException as error:
+            failed.append(error)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    jobs = names["box"].queue("jobs")
+    deadline = time.monotonic() + 5
+    while jobs.counts().done < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    names["box"].close()
+    worker.join(5)
+    assert not worker.is_alive()
+    return failed
+
+
+def test_python_md_blocks_run_as_the_page_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """python.md's blocks run as written, each after the first (`boxmq.open("./data")`) in a
+    fresh folder, with what its comments say a call returns asserted: the Consumer and flow
+    control blocks used a `jobs` the page never made, and the first's `for` loop stood before
+    lines it kept from ever running. The Consumer block's loop waits for ever, so it runs in a
+    thread until the queue is drained and the box is closed, which ends it."""
+    first, consuming, flow = _PYTHON_BLOCK.findall((DOCS / "python.md").read_text("utf-8"))
+    for block in (consuming, flow):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        names: dict[str, Any] = {}
+        exec(first, names)
+        if block is flow:
+            stated = _STATED.sub(r"\1assert \2 == \3", block)
+            assert stated.count("assert") == 2
+            exec(stated, names)
+        else:
+            assert _exec_until_drained(block, names) == []
+        counts = names["box"].queue("jobs").counts()
+        assert counts.done >= 1
+        assert counts.locked == 0
+        names["box"].close()
 
 
 def _public(cls: type) -> dict[str, Any]:
