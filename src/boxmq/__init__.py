@@ -8,6 +8,7 @@ box.queue("jobs").put(b"payload")
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 # typing.TYPE_CHECKING without typing, which loads re and enum: a Ctrl-C in the ~10 ms those
 # take was a traceback too (mypy knows the name and takes it as true).
@@ -115,11 +116,16 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> object:
-    """`boxmq.Box`, `from boxmq import Queue`: the name's module, imported when first asked for."""
+    """`boxmq.Box`, `from boxmq import Queue`: the name's module, imported when first asked for;
+    and a module of boxmq itself (`boxmq.core.ExactlyOnceLimits`, `boxmq.model.GROUP_KEY`, as
+    the docs write them), which a plain `import boxmq` has not loaded."""
     home = _HOMES.get(name)
-    if home is None:
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+    elif not name.startswith("_") and importlib.util.find_spec(f"boxmq.{name}") is not None:
+        value = importlib.import_module(f"boxmq.{name}")
+    else:
         raise AttributeError(f"module 'boxmq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # asked once: the next look-up finds it without this call
     return value
 

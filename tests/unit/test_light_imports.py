@@ -102,6 +102,28 @@ def test_dir_of_boxmq_lists_every_name_of_the_api_before_any_is_loaded() -> None
     assert listed.stdout.strip() == "[]"
 
 
+def test_a_module_of_boxmq_the_docs_write_as_boxmq_dot_name_loads_when_first_asked_for() -> None:
+    """python.md writes `boxmq.core.ExactlyOnceLimits(...)`, `boxmq.model.GROUP_KEY` and
+    `boxmq.errors.StoreFailed`; after `import boxmq` alone each raised AttributeError (no
+    attribute 'core'), as no import had loaded the module yet. Each loads when asked for now,
+    and a name that is no module of boxmq still raises AttributeError."""
+    asked = (
+        "import boxmq; "
+        "print(boxmq.core.ExactlyOnceLimits.__name__, boxmq.model.GROUP_KEY, "
+        "boxmq.errors.StoreFailed.__name__, "
+        "hasattr(boxmq, 'nothing'), hasattr(boxmq, '_private'))"
+    )
+    modules, printed = _run("-c", asked)
+    assert printed.split() == [
+        "ExactlyOnceLimits",
+        "JMSXGroupID",
+        "StoreFailed",
+        "False",
+        "False",
+    ]
+    assert _heavy(modules, HEAVY) == []
+
+
 def test_serve_and_publish_load_them_which_the_check_would_see(cli: list[str]) -> None:
     # Guard against a check that passes because it could never see these modules.
     modules = _imported("-c", "import boxmq.cli_serve, boxmq.runtime")
