@@ -638,9 +638,9 @@ _PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 
 
 def _boxmq_has(name: str) -> bool:
-    """Whether `boxmq.NAME` is there: an attribute, or a subpackage not imported yet
-    (`boxmq.spark`, which needs pyspark only once it is imported)."""
-    return hasattr(boxmq, name) or importlib.util.find_spec(f"boxmq.{name}") is not None
+    """Whether `boxmq.NAME` is there: an attribute, or a subpackage not imported yet, looked
+    for first (`boxmq.spark`, which `hasattr` would import, and pyspark with it)."""
+    return importlib.util.find_spec(f"boxmq.{name}") is not None or hasattr(boxmq, name)
 
 
 def test_every_python_block_parses_and_names_what_boxmq_has() -> None:
