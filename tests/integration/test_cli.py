@@ -34,7 +34,7 @@ from boxmq.model import ConsumerId
 from boxmq.mqtt.stored import consumer_name
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
-from boxmq.store.names import Lock, decode, locked_name, split_lock
+from boxmq.store.names import Lock, decode, escape_segment, locked_name, split_lock
 from boxmq.store.process import process_token
 
 
@@ -1682,6 +1682,30 @@ def test_a_subscriber_name_looked_up_in_records_that_cannot_be_listed_says_what_
         "read only waits for its own session)\n"
     )
     assert os.readlink(folder) == "sessions"  # left as it is
+    assert _subscribers(root) == []
+
+
+@pytest.mark.parametrize("client_id", ["dev", "device-" + "7" * 40])
+def test_a_subscriber_name_whose_record_cannot_be_read_says_which_file_and_what_to_do(
+    root: Path, client_id: str
+) -> None:
+    """A session record the file system refuses to read (EIO of a failing disk; a link to
+    itself here) went out of `--name`'s lookup as the errno's text against its path, nothing
+    saying it was an MQTT session record or what to do; it says both now, for a short name
+    and one shortened from a long client id, and the file is left as it is."""
+    boxmq.open(root, fsync="never").close()
+    folder = root / ".mqtt" / "sessions"
+    folder.mkdir(parents=True)
+    record = folder / escape_segment(client_id)
+    os.symlink(record.name, record)
+    done = boxmq_cli(root, "subscribe", "news/#", "--name", consumer_name(client_id), "--idle", "0")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"boxmq subscribe: the MQTT session record {record} cannot be read: ELOOP (Too many "
+        "levels of symbolic links); a symbolic link that leads nowhere stands there: delete it "
+        "to forget the session, or make it the record. It is left as it is\n"
+    )
+    assert os.readlink(record) == record.name
     assert _subscribers(root) == []
 
 

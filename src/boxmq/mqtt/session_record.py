@@ -118,6 +118,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "AwayAtStart",
     "DeliveryOptions",
+    "RecordUnreadable",
     "RecordsUnlisted",
     "SessionRecord",
     "read_record",
@@ -405,7 +406,8 @@ def record_named(root: str, subscriber: str) -> SessionRecord | None:
     the client ids escaped, are listed then, and only the one with that name read. (Every
     record was read, and one damaged warned of, though it had nothing to do with it.) A
     folder that cannot be listed is `RecordsUnlisted`, what `serve` and `session ls` say:
-    the CLI's lookup said only the folder and the errno's text."""
+    the CLI's lookup said only the folder and the errno's text. A record the file system
+    refuses to read (EIO, a link to itself) is `RecordUnreadable`, for the same reason."""
     if "%h" in subscriber:
         for entry in _listed(records_folder(root)):
             if entry.name.startswith("."):
@@ -415,12 +417,19 @@ def record_named(root: str, subscriber: str) -> SessionRecord | None:
             except InvalidName:
                 continue  # no record's name
             if consumer_name(client_id) == subscriber:
-                return _read(entry.path)  # damaged: None, as for a short name
+                return _read_named(entry.path)  # damaged: None, as for a short name
         return None
     client_id = _UNESCAPE.sub(lambda m: "%" if m[1] == "25" else "/", subscriber)
     if consumer_name(client_id) != subscriber:  # a '%' no client id's name holds
         return None
-    return read_record(root, client_id)
+    return _read_named(_path(root, client_id))
+
+
+def _read_named(path: str) -> SessionRecord | None:
+    try:
+        return _read(path)
+    except OSError as error:
+        raise RecordUnreadable(path, error) from error
 
 
 _UNESCAPE = re.compile("%(25|2F)")  # consumer_name's two escapes, undone
@@ -485,6 +494,32 @@ class RecordsUnlisted(BoxMQError):
             f"{remedy}. No persistent session is known until then (a record alone that cannot "
             "be read only waits for its own session)"
         )
+
+
+class RecordUnreadable(BoxMQError):
+    """A session record the file system refuses to read, named with what to do: what the
+    CLI says when it looks a subscriber name up (`record_named`)."""
+
+    def __init__(self, path: str, error: OSError) -> None:
+        name = errno.errorcode.get(error.errno or 0, "unknown error")
+        remedy = _UNREADABLE_REMEDIES.get(error.errno or 0, "check the file system of the root")
+        super().__init__(
+            f"the MQTT session record {path} cannot be read: {name} ({error.strerror}); "
+            f"{remedy}. It is left as it is"
+        )
+
+
+_UNREADABLE_REMEDIES = {
+    # Refused by the file or by a folder above it (a root of mode 0700): both are named.
+    errno.EACCES: "give this user read access to it, and search access to the folders above",
+    errno.EPERM: "give this user read access to it, and search access to the folders above",
+    errno.EIO: "the disk reported an I/O error: check the device (dmesg) before going on",
+    errno.EISDIR: "a folder stands where the record must be: move it away to forget the session",
+    errno.ELOOP: (
+        "a symbolic link that leads nowhere stands there: delete it to forget the session, "
+        "or make it the record"
+    ),
+}
 
 
 _UNLISTED_REMEDIES = {

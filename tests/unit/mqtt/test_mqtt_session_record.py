@@ -18,10 +18,12 @@ from boxmq.mqtt.properties import Properties
 from boxmq.mqtt.session import NEVER
 from boxmq.mqtt.session_record import (
     DeliveryOptions,
+    RecordUnreadable,
     SessionRecord,
     read_record,
     read_records,
     record_named,
+    record_path,
     remove_record,
     write_record,
 )
@@ -207,6 +209,29 @@ def test_a_long_names_record_is_found_without_warning_of_the_unrelated_ones(
         assert record_named(root, consumer_name(client_id)) == record
         assert record_named(root, consumer_name("device-" + "8" * 40)) is None
     assert caplog.records == []
+
+
+@pytest.mark.parametrize("client_id", ["dev", "device-" + "7" * 40])
+def test_a_record_the_disk_refuses_to_read_is_named_with_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client_id: str
+) -> None:
+    """EIO of a failing disk on the record `--name` looks up reached the CLI as the bare
+    OSError: now the record's file, the errno and what to check, and nothing is removed."""
+    root = str(tmp_path)
+    write_record(root, SessionRecord(client_id, 60))
+    path = record_path(root, client_id)
+
+    def failing(name: str) -> bytes:
+        raise OSError(errno.EIO, "Input/output error", name)
+
+    monkeypatch.setattr("boxmq.mqtt.session_record.read_file", failing)
+    with pytest.raises(RecordUnreadable) as raised:
+        record_named(root, consumer_name(client_id))
+    assert str(raised.value) == (
+        f"the MQTT session record {path} cannot be read: EIO (Input/output error); the disk "
+        "reported an I/O error: check the device (dmesg) before going on. It is left as it is"
+    )
+    assert os.path.exists(path)
 
 
 def test_a_record_with_only_the_first_fields_loads_with_the_defaults(tmp_path: Path) -> None:
