@@ -87,3 +87,30 @@ def test_a_queue_whose_target_is_a_file_is_said_broken_and_delete_removes_it(roo
     assert ok(root, "delete", "q1").startswith("q1: deleted")
     assert not (root / "q1").exists()
     assert ok(root, "get", "q2").endswith("kept")  # another queue's files are left alone
+
+
+def test_a_queue_name_that_is_a_file_says_so_and_what_to_do(root: Path) -> None:
+    """A file under the root where a queue's folder goes (`echo x > data/jobs`) was `no queue
+    'jobs' ... (see boxmq ls)` to get, peek, purge, requeue, delete and the settles, though
+    `ls` lists no file, and a put's `.../jobs/working: Not a directory` told the user to
+    choose another --data folder (found by a hunt through the CLI's failures): each names
+    the file and says to move it away, exit 1, and the file is never touched."""
+    ok(root, "put", "other", "kept")
+    (root / "jobs").write_text("a file")
+    told = f"{root / 'jobs'} is a file, not a queue's folder: move it away"
+    for command in (
+        ["get", "jobs"],
+        ["peek", "jobs"],
+        ["purge", "jobs"],
+        ["requeue", "jobs"],
+        ["delete", "jobs"],
+        ["ack", "jobs", "1.x"],
+        ["put", "jobs", "hi"],
+    ):
+        done = boxmq_cli(root, *command)
+        assert (done.returncode, done.stdout) == (1, ""), command
+        assert done.stderr.startswith(f"boxmq {command[0]}: "), command
+        assert told in done.stderr, (command, done.stderr)
+        assert "--data" not in done.stderr, command
+    assert (root / "jobs").read_text() == "a file"
+    assert ok(root, "get", "other").endswith("kept")

@@ -179,6 +179,12 @@ class Box:
             dropbox = Dropbox(path, self._committer, create=create, spares=self._spares)
         except QueueNotFound:
             raise QueueNotFound(self._missing(name, path)) from None
+        except NotADirectoryError as error:
+            # Its folders cannot be made under a file standing where the queue's folder goes:
+            # the errno against `<queue>/working` sent the user to another --data folder.
+            if not _is_file(path):
+                raise
+            raise InvalidArgument(f"queue {name!r} cannot be made: {_a_file(path)}") from error
         return self._queue_of(name, dropbox, lambda: self._engines.live(name, dropbox))
 
     def subscription(self, filter: str, subscriber: str | None = None) -> Queue:
@@ -243,6 +249,9 @@ class Box:
                 "has one, for its ready messages); move that file away and make the folder "
                 f"(docs/file-format.md), or `boxmq delete {name}` deletes the queue"
             )
+        if _is_file(path):
+            # `ls` lists no file: "see boxmq ls" sent the user looking for a queue elsewhere.
+            return f"no queue {name!r}: {_a_file(path)}"
         unescaped = os.path.join(self.root, name)
         if os.sep not in name and name not in (".", "..") and is_dropbox(unescaped):
             if (queue := escaped_name(name)) is not None:
@@ -761,6 +770,15 @@ def _make_root(root: str) -> None:
         os.makedirs(root, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:
         raise InvalidArgument(_in_the_way(root)) from error
+
+
+def _is_file(path: str) -> bool:
+    """Something, no folder (a file, a link to none), stands at `path`."""
+    return os.path.lexists(path) and not os.path.isdir(path)
+
+
+def _a_file(path: str) -> str:
+    return f"{path} is a file, not a queue's folder: move it away (a put then makes the queue)"
 
 
 def _in_the_way(root: str) -> str:
