@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from boxmq import cli_types as types
 from boxmq.client import Box, Queue
 from boxmq.errors import QueueNotFound
 
@@ -14,7 +15,9 @@ from boxmq.errors import QueueNotFound
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """QUEUE, or a subscription as `boxmq ls` lists it (`get`, `peek`, `requeue`, `purge`,
     and the settles: `ack`, `unlock`, `reject`, `extend`)."""
-    p.add_argument("queue", help="a queue; or a share group, $share/GROUP/FILTER")
+    p.add_argument(
+        "queue", type=types.queue_name, help="a queue; or a share group, $share/GROUP/FILTER"
+    )
     p.add_argument(
         "--subscriber",
         metavar="NAME",

@@ -341,7 +341,7 @@ def _put_arguments(p: argparse.ArgumentParser) -> None:
     from boxmq import cli_message
 
     p.set_defaults(command=cli_message.put, creates_root=True, before_root=cli_message.before_put)
-    p.add_argument("queue")
+    p.add_argument("queue", type=types.queue_name)
     _body_arguments(p)
     p.add_argument(
         "--priority", type=types.priority, default=4, help="default 4; higher goes first"
@@ -591,7 +591,9 @@ def _delete_arguments(p: argparse.ArgumentParser) -> None:
     from boxmq import cli_queues
 
     p.set_defaults(command=cli_queues.delete)
-    p.add_argument("queue", help="a queue (a subscription ends with unsubscribe)")
+    p.add_argument(
+        "queue", type=types.queue_name, help="a queue (a subscription ends with unsubscribe)"
+    )
     p.add_argument(
         "--force", action="store_true", help="delete it though consumers hold messages locked"
     )

@@ -82,6 +82,17 @@ def retention(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{error} (or {FOREVER!r})") from None
 
 
+def queue_name(text: str) -> str:
+    """A QUEUE: an empty one (a script's `boxmq get "$QUEUE"`, the variable unset) said
+    "destination name '' is empty or contains NUL", exit 1, in words no command uses."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "the queue name is empty: give a queue's name, as `boxmq ls` lists it (a script's "
+            "variable left empty?)"
+        )
+    return text
+
+
 def message_id(text: str) -> str:
     """A settle's id: an empty one (a script's `boxmq ack q "$ID"` after a `get` that found
     nothing) was looked for, then "boxmq ack: : no such message"."""

@@ -16,7 +16,7 @@ import pytest
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (("put", "", "x"), "boxmq put: destination name '' is empty or contains NUL"),
+        (("put", "q\udcff", "x"), "boxmq put: destination name 'q\\xff' is not valid Unicode"),
         (("put", "q", "--file", "/no/such/file"), "boxmq put: cannot read /no/such/file:"),
         (("publish", "t", "--file", "/no/such/file"), "boxmq publish: cannot read /no/such/"),
         (("publish", "a/+", "x"), "boxmq publish: topic name 'a/+' must not contain the"),

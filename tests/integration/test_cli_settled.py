@@ -100,3 +100,33 @@ def test_a_settle_of_an_empty_id_is_a_usage_error_that_says_so(root: Path, verb:
         "printed (a script's variable that a `get` finding nothing left empty?)"
     )
     assert len(os.listdir(root / "jobs" / "target")) == 1
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["put", "", "hi"],
+        ["get", ""],
+        ["peek", ""],
+        ["requeue", ""],
+        ["purge", ""],
+        ["delete", ""],
+        ["ack", "", "1.x"],
+        ["extend", "", "1.x"],
+    ],
+)
+def test_an_empty_queue_name_is_a_usage_error_that_says_so(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """`boxmq get "$QUEUE"` with the variable left empty said "destination name '' is empty
+    or contains NUL", exit 1, in words no command uses, where an empty message id or
+    CLIENT_ID is a usage error (exit 2, docs/cli.md's exit status): found by a hunt through
+    the CLI's failures. It is one now, said before the root is looked at or made."""
+    root = tmp_path / "never-made"
+    done = boxmq_cli(root, *command)
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert done.stderr.splitlines()[-1] == (
+        f"boxmq {command[0]}: error: argument queue: the queue name is empty: give a "
+        "queue's name, as `boxmq ls` lists it (a script's variable left empty?)"
+    )
+    assert not root.exists()
