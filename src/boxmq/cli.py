@@ -244,10 +244,13 @@ def _check_root(path: str) -> None:
         # `--data file/sub` "did not exist"
         if (file := in_the_way(os.path.dirname(os.path.abspath(path)))) is not None:
             what = f"{file} is a file, not a folder"
-        raise QueueNotFound(
-            f"no folder {path} ({what}): check --data or $BOXMQ_DATA (put, publish, subscribe "
-            "and serve make it)"
+        # Those that make a missing root refuse one a file stands in the way of.
+        remedy = (
+            " (put, publish, subscribe and serve make it)"
+            if what == "it does not exist"
+            else ", or move the file away (no command makes a folder where a file stands)"
         )
+        raise QueueNotFound(f"no folder {path} ({what}): check --data or $BOXMQ_DATA{remedy}")
 
 
 def _near_miss(name: str) -> str | None:

@@ -1941,6 +1941,26 @@ def test_a_missing_root_under_a_file_names_the_file(
     assert f"({tmp_path / 'file'} is a file, not a folder): check --data" in said
 
 
+@pytest.mark.parametrize("under", [False, True])
+def test_a_root_blocked_by_a_file_says_to_move_it_not_that_put_makes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], under: bool
+) -> None:
+    """A read's `--data` that is a file (or lies under one) ended "(put, publish, subscribe
+    and serve make it)", but each of those refuses such a root: found by running each
+    command's failure cases against docs/cli.md's exit status table. It says to move the
+    file away now, and the file is left as it is."""
+    (tmp_path / "file").write_text("kept")
+    data = tmp_path / "file" / "data" if under else tmp_path / "file"
+    assert cli.main(["--data", str(data), "peek", "q"]) == 1
+    [said] = capsys.readouterr().err.splitlines()
+    what = f"{tmp_path / 'file'} is a file" if under else "it is a file"
+    assert said == (
+        f"boxmq peek: no folder {data} ({what}, not a folder): check --data or $BOXMQ_DATA, "
+        "or move the file away (no command makes a folder where a file stands)"
+    )
+    assert (tmp_path / "file").read_text() == "kept"
+
+
 @pytest.mark.parametrize("given", ["flag", "env"])
 def test_a_data_folder_under_a_quoted_tilde_is_in_the_home_folder(
     tmp_path: Path, given: str
