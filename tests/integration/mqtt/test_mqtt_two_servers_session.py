@@ -223,7 +223,11 @@ def test_a_client_connected_to_both_servers_keeps_its_session_when_the_first_con
         assert taken is not None
         assert taken.holder is not None
         on_a.close()
-        time.sleep(0.5)  # A sees the close
+        log = root.parent / "serve.log"  # both servers' (serve_process's)
+        until(
+            lambda: "client roamer: its session was taken by another server" in log.read_text(),
+            "A did not log that it saw the close and let the session go to B",
+        )
         assert read_record(str(root), "roamer") == taken  # still B's, its client connected
         time.sleep(EXPIRY + 1.0)  # A's expiry, had it kept the session, passes
         assert ("news/#", None, "roamer") in subscriptions_on_disk(root)
