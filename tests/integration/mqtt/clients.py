@@ -554,7 +554,7 @@ def put_file(target: Path, name: str, body: bytes) -> None:
 
 def drop(client: Paho) -> None:
     """End the connection without DISCONNECT, as a crash or a broken network would."""
-    client.client.loop_stop()
+    loop_stopped(client.client)
     sock = client.client.socket()
     assert sock is not None
     sock.close()

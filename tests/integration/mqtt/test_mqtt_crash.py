@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from tests.integration.mqtt.clients import (
     AckedPublisher,
+    loop_stopped,
     paho,
     serve_fresh,
     serve_process,
@@ -177,7 +178,7 @@ def test_a_session_connected_when_the_server_was_killed_ends_its_interval_after_
         victim.subscribe("killed/#", 1)
         os.kill(server.pid, signal.SIGKILL)
         server.wait(timeout=10)
-        victim.client.loop_stop()
+        loop_stopped(victim.client)
         time.sleep(2.5)  # longer than the interval: still, it counts from the restart
         server = serve_process(root, port)
         # The restart's moment as the server took it, which its record says: taken here once

@@ -16,6 +16,7 @@ from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
     drop,
+    loop_stopped,
     paho,
     paho_properties,
     recorded_away,
@@ -99,7 +100,7 @@ def test_will_is_sent_after_a_disconnect_other_than_normal(
     watcher.subscribe("status/#", 1)
     failing = paho(server, "failing", will=("status/failing", b"gone", 1))
     failing.client.disconnect(reasoncode=ReasonCode(PacketTypes.DISCONNECT, identifier=reason))
-    failing.client.loop_stop()
+    loop_stopped(failing.client)
     message = watcher.next()
     assert (message.topic, message.payload) == ("status/failing", b"gone")
 

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
-from tests.integration.mqtt.clients import RunningServer, drop, paho, paho_properties, serving_fresh
+from tests.integration.mqtt.clients import (
+    RunningServer,
+    drop,
+    loop_stopped,
+    paho,
+    paho_properties,
+    serving_fresh,
+)
 
 
 @pytest.fixture
@@ -49,7 +56,7 @@ def test_a_v5_disconnect_asking_for_an_expiry_is_a_normal_one(served: RunningSer
     client = paho(served, "v5", clean=False, expiry=3600, will=("wills/v5", b"gone", 1))
     props = paho_properties(PacketTypes.DISCONNECT, SessionExpiryInterval=3600)
     client.client.disconnect(properties=props)
-    client.client.loop_stop()
+    loop_stopped(client.client)
     assert watcher.nothing(within=1.0)  # a normal DISCONNECT: no Will
     again = paho(served, "v5", clean=False, expiry=3600)
     assert not again.session_present  # capped at 0 as the CONNECT's was

@@ -25,6 +25,7 @@ from tests.integration.mqtt.clients import (
     RunningServer,
     boxmq_cli,
     drop,
+    loop_stopped,
     paho,
     paho_properties,
     record_deleted,
@@ -208,7 +209,7 @@ def _drop_together(*clients: Paho) -> None:
     """`drop` for several clients whose connections end at the same moment. Stopping a paho
     loop takes up to a second (it waits out its select); one `drop` after the other would start
     the first client's Will delay a second before the last connection even closes."""
-    stoppers = [threading.Thread(target=client.client.loop_stop) for client in clients]
+    stoppers = [threading.Thread(target=loop_stopped, args=(client.client,)) for client in clients]
     for stopper in stoppers:
         stopper.start()
     for stopper in stoppers:
@@ -287,7 +288,7 @@ def test_a_will_of_a_client_connected_when_the_server_was_killed_is_sent_at_the_
     address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
     process = serve_process(root, port)
     try:
-        _dying(address, "killed").client.loop_stop()  # no reconnect: it cancels the Will
+        loop_stopped(_dying(address, "killed").client)  # no reconnect: it cancels the Will
         process.send_signal(signal.SIGKILL)  # no close of the connection is ever recorded
         process.wait(timeout=WAIT)
         process = serve_process(root, port)
@@ -405,7 +406,7 @@ def test_a_will_sent_at_a_takeover_leaves_the_record_only_once_its_durable_copy_
     _slow_will_writes(monkeypatch)
     with start_server(tmp_path / "root", fsync="always") as server:
         target = _keeper_away(server)
-        _dying(server, "dying", 0).client.loop_stop()  # no reconnect of its own
+        loop_stopped(_dying(server, "dying", 0).client)  # no reconnect of its own
         # In a pool, not a bare thread: the connection's failure is raised here, once.
         with ThreadPoolExecutor(1) as pool:
             taking = pool.submit(paho, server, "dying", clean=False, expiry=60)
@@ -430,7 +431,7 @@ def test_a_subscribe_before_the_connack_of_a_takeover_keeps_the_old_wills_record
     taker = None
     try:
         target = _keeper_away(server)
-        _dying(server, "dying", 0).client.loop_stop()  # no reconnect of its own
+        loop_stopped(_dying(server, "dying", 0).client)  # no reconnect of its own
         taker = socket.create_connection((server.host, server.port), timeout=WAIT)
         taker.sendall(connect_packet("dying", expiry=60) + subscribe(1, "news/#", 1))
         _record_keeps_the_will_until_it_reaches(server, target)

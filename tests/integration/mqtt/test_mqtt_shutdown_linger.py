@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from harness.ports import free_port
-from tests.integration.mqtt.clients import WAIT, RunningServer, paho, serve_process
+from tests.integration.mqtt.clients import WAIT, RunningServer, loop_stopped, paho, serve_process
 
 RUNS = 20
 FLOOD = 2000  # QoS 0 messages of 4 KiB published to the subscriber before each SIGTERM
@@ -29,8 +29,8 @@ def test_a_v5_client_reads_the_shutdown_disconnect_every_time(tmp_path: Path) ->
             sink.next()  # the flood reaches it; most of it is still to be sent
             process.send_signal(signal.SIGTERM)
             said.append(int(sink.disconnects.get(timeout=WAIT).value))
-            source.client.loop_stop()
-            sink.client.loop_stop()
+            loop_stopped(source.client)
+            loop_stopped(sink.client)
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=20) == 0

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho
+from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, loop_stopped, paho
 
 from boxmq.mqtt.stored import consumer_name
 from boxmq.store.topics import subscription_key, subscription_path
@@ -97,4 +97,4 @@ def test_v311_is_disconnected_without_unsuback(
         assert "client old: unsubscribing from keep/# failed" in caplog.text
         assert (_subscription(server, "old") / ".subscription").exists()
     finally:
-        client.client.loop_stop()
+        loop_stopped(client.client)

@@ -16,6 +16,7 @@ from tests.integration.mqtt.clients import (
     WAIT,
     RunningServer,
     drop,
+    loop_stopped,
     paho,
     paho_properties,
     recorded_away,
@@ -212,7 +213,7 @@ def _watcher_away(address: RunningServer) -> None:
     "watcher", clean=False, expiry=60)` to take up after a restart."""
     watcher = paho(address, "watcher", clean=False, expiry=60)
     watcher.subscribe("wills/#", 1)
-    watcher.client.loop_stop()
+    loop_stopped(watcher.client)
 
 
 def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_after_it(
@@ -226,9 +227,9 @@ def test_a_sigterm_closes_a_connected_clients_session_and_its_delayed_will_goes_
     address, process = serve_fresh(tmp_path)
     try:
         _watcher_away(address)  # away at the restart: its durable subscription keeps it
-        paho(address, "held", clean=False, expiry=60, will=("wills/held", b"gone", 1),
-             will_delay=2).client.loop_stop()  # fmt: skip
-        paho(address, "brief", will=("wills/brief", b"bye", 1)).client.loop_stop()
+        loop_stopped(paho(address, "held", clean=False, expiry=60,
+                          will=("wills/held", b"gone", 1), will_delay=2).client)  # fmt: skip
+        loop_stopped(paho(address, "brief", will=("wills/brief", b"bye", 1)).client)
         stopped = time.time()
         stop_process(process)
         record = read_record(str(address.root), "held")
@@ -322,7 +323,7 @@ def test_a_delayed_wills_message_expiry_counts_from_its_publication_not_the_clos
                  configure=_will("wills/late", b"gone", **will_properties))  # fmt: skip
     sock = dying.client.socket()
     assert sock is not None
-    dying.client.loop_stop()
+    loop_stopped(dying.client)
     closed = time.monotonic()
     sock.close()  # no DISCONNECT: the Will waits its delay
     seen = watcher.next(timeout=4 + WAIT)  # published
