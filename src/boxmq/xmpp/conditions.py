@@ -62,6 +62,9 @@ _CONDITIONS: Final[Mapping[type[BoxMQError], Condition]] = {
 }
 
 INTERNAL: Final = Condition("wait", "internal-server-error")
+# A queue whose target/ is a file: a store fault as the others are, but of type cancel, since
+# waiting will not mend it (the operator must, docs/file-format.md).
+BROKEN: Final = Condition("cancel", "internal-server-error")
 # A request that reaches the component as it stops: what Prosody answers while no component
 # is connected, which docs/xmpp.md tells clients to retry.
 STOPPING: Final = Condition("wait", "remote-server-timeout")

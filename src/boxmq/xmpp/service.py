@@ -51,10 +51,11 @@ from boxmq.errors import (
     store_failure,
 )
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.layout import State, no_dropbox, queue_path
+from boxmq.store.layout import State, broken_target, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import (
+    BROKEN,
     INTERNAL,
     INVALID_JID,
     INVALID_OPTIONS,
@@ -1039,6 +1040,8 @@ class QueueService:
                 queue = self._box.queue(node, create=False)
             except QueueNotFound as error:  # item-not-found; not the API's `boxmq ls`, root
                 path = queue_path(self._box.root, node)
+                if broken_target(path) is not None:  # in box.queue's words: how to mend it
+                    raise StanzaError(BROKEN, str(error)) from None
                 if os.path.isdir(path):  # its folder there, target/ moved aside: wait for it
                     target = os.path.join(path, State.TARGET.value)
                     missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)

@@ -1414,3 +1414,28 @@ def test_a_subscribe_or_disco_items_while_target_is_moved_aside_says_nothing_was
         assert not (folder / "target").exists()  # none made: the operator's mkdir is to come
         (folder / "target").mkdir()
         assert wire.subscribe(BOB, 1, node="orders").get("type") == "result"
+
+
+def test_a_queue_whose_target_is_a_file_is_refused_as_broken_not_as_moved_aside(
+    box: boxmq.Box, root: Path
+) -> None:
+    # A queue whose target/ is a file (a script's `>`) was told it "has no target/" and to
+    # try again once it is back: waiting never mends it. The API and the CLI call it broken.
+    box.queue("orders")
+    folder = root / "orders"
+    (folder / "target").rmdir()
+    (folder / "target").write_bytes(b"")
+    with wired(box, node=None) as wire:
+        publish = wire.iq(
+            CAROL,
+            f"<pubsub xmlns='{PS}'><publish node='orders'><item><x xmlns='urn:t'/></item>"
+            "</publish></pubsub>",
+        )
+        disco = f"<query xmlns='{ns.DISCO_ITEMS}' node='orders'/>"
+        replies = (publish, wire.subscribe(BOB, 1, node="orders"), wire.iq(BOB, disco, type="get"))
+        for reply in replies:
+            assert condition(reply) == ("cancel", "internal-server-error")  # waiting won't mend it
+            said = error_text(reply)
+            assert "queue 'orders' is broken" in said, said
+            assert "has no target/" not in said, said
+    assert (folder / "target").is_file()  # left as it was: the operator mends it
