@@ -29,6 +29,7 @@ they tell of retained tombstones, client/marker_sweep.py's.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -53,6 +54,7 @@ from boxmq.errors import (
     InvalidArgument,
     ItemNotFound,
     MetadataTooLong,
+    TargetMissing,
     check_flag,
     naming,
 )
@@ -374,9 +376,21 @@ class AssuredIntake:
         return _Staged(key, Move(temporary, path), pending, placed)
 
     def _working_dir(self, queue: str | None) -> str:
+        """The working/ of `queue`, its folders made if it has none (a new queue, as a put
+        makes it). One whose folder is there without its target/ is refused as a put refuses
+        it (TargetMissing), nothing stored: that target/ was moved aside to be made again
+        (operations.md's "Disk usage"), and one made here broke the operator's `mkdir`. Not
+        one whose making was cut short (killed) before its target/: its sender's retry makes
+        the rest of it, as ever."""
         if queue is None:
             return incoming_working(self._root)
-        return Dropbox(queue_path(self._root, queue), self._committer).dir(State.WORKING)
+        path = queue_path(self._root, queue)
+        target = os.path.join(path, State.TARGET.value)
+        # target/ looked at first: one stat where it is there, as it nearly always is
+        if not os.path.isdir(target) and _moved_aside(path, target):
+            missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
+            raise TargetMissing(missing, queue, target, putting=True)
+        return Dropbox(path, self._committer).dir(State.WORKING)
 
     def deliver(
         self, source: str, msg_id: str, *, remember: bool = True, must_exist: bool = False
@@ -836,6 +850,18 @@ class AssuredIntake:
             log.debug("exactly once: %s left %s meanwhile, %s", entry.name, folder, done)
             return marked is not None
         return False
+
+
+def _moved_aside(path: str, target: str) -> bool:
+    """Whether the queue folder `path` is there without its `target/` (a file there is a
+    broken queue, refused as such further on), and holds more than a making of it cut short
+    leaves: Dropbox makes working/ first, then target/, so a kill in between leaves working/
+    at most, while a queue made whole keeps its processing/ and the rest."""
+    try:
+        entries = set(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return False  # no queue: made, as ever
+    return not os.path.lexists(target) and not entries <= {State.WORKING.value}
 
 
 def _check_key(source: object, msg_id: object = "") -> None:

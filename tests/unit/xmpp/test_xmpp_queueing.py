@@ -1439,3 +1439,28 @@ def test_a_queue_whose_target_is_a_file_is_refused_as_broken_not_as_moved_aside(
             assert "queue 'orders' is broken" in said, said
             assert "has no target/" not in said, said
     assert (folder / "target").is_file()  # left as it was: the operator mends it
+
+
+def test_an_assured_while_target_is_moved_aside_is_refused_and_no_target_is_made(
+    box: boxmq.Box, root: Path
+) -> None:
+    # The exactly-once intake made a queue's missing folders, target/ among them: during
+    # operations.md's `mv target target.old && mkdir target` an <assured/> made a new target/
+    # and the operator's mkdir failed. Refused as a publish is then, nothing stored.
+    box.queue("orders")
+    folder = root / "orders"
+    (folder / "target").rename(folder / "target.old")
+    message = "<message xmlns='jabber:client'><body>1</body></message>"
+    assured = f"<assured xmlns='{ns.QOS}' msgId='m1'>{message}</assured>"
+    deliver = f"<deliver xmlns='{ns.QOS}' msgId='m1'/>"
+    with wired(box, node=None) as wire:
+        reply = wire.iq(CAROL, assured, to=f"orders@{SERVICE}")
+        assert condition(reply) == ("wait", "internal-server-error")  # try again later
+        said = error_text(reply)
+        assert "queue 'orders' has no target/" in said, said
+        assert not (folder / "target").exists()  # none made: the operator's mkdir is to come
+        assert not list((folder / "working").iterdir())  # nothing stored
+        (folder / "target").mkdir()
+        assert wire.iq(CAROL, assured, to=f"orders@{SERVICE}").get("type") == "result"
+        assert wire.iq(CAROL, deliver, to=f"orders@{SERVICE}").get("type") == "result"
+    assert len(box.queue("orders").peek()) == 1
