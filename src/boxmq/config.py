@@ -232,8 +232,13 @@ def load_config(
     path: str | os.PathLike[str], *, defaults: ServeConfig | None = None
 ) -> ServeConfig:
     """Read and check the file, and the password, ACL and TLS files it names."""
-    source = Path(path)
-    base = defaults or ServeConfig()
+    return _load(Path(path), defaults or ServeConfig(), read_files=True)
+
+
+def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:
+    """The file, every key checked; `read_files` False for a reader that uses none of the
+    files it names (`session_limit`): their keys are checked, their listeners' TLS contexts
+    left None and no authenticator or authorizer made."""
     document = _read_toml(source)
     top = Table(document, source=source, homes=_homes())
     listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
@@ -250,7 +255,7 @@ def load_config(
     polling = top.boolean("polling")
     exactly_once = _exactly_once(top.table("exactly_once"), base.exactly_once)
     security = _security(top.table("security"), base.security)
-    mqtt = _mqtt(top.table("mqtt"), base.mqtt)
+    mqtt = _mqtt(top.table("mqtt"), base.mqtt, read_files=read_files)
     if top.has("xmpp"):
         # Set with flags only: "unknown key (check its spelling ...)" sent a user looking for
         # a typo in a table that has no right spelling.
@@ -261,19 +266,8 @@ def load_config(
             "docs/xmpp.md)",
         )
     top.finish()
-    # Each error names its key, as a TLS file's does: the file at fault, or allow_anonymous.
-    try:
-        authenticator = security.authenticator()
-    except InvalidArgument as error:
-        key = "allow_anonymous" if security.password_file is None else "password_file"
-        hint = _missing(document, "password_file", security.password_file, source)
-        raise InvalidArgument(f"{source}: security.{key}: {error}{hint}") from None
-    try:
-        authorizer = security.authorizer()
-    except InvalidArgument as error:
-        hint = _missing(document, "acl_file", security.acl_file, source)
-        raise InvalidArgument(f"{source}: security.acl_file: {error}{hint}") from None
-    mqtt = dataclasses.replace(mqtt, authenticator=authenticator, authorizer=authorizer)
+    if read_files:
+        mqtt = _authenticated(mqtt, security, document, source)
     return ServeConfig(
         data=data if data is not None else base.data,
         fsync=fsync or base.fsync,
@@ -297,14 +291,33 @@ def load_config(
     )
 
 
+def _authenticated(
+    mqtt: MqttSettings, security: Security, document: dict[str, Any], source: Path
+) -> MqttSettings:
+    """`mqtt` with the authenticator and authorizer the password and ACL files make."""
+    # Each error names its key, as a TLS file's does: the file at fault, or allow_anonymous.
+    try:
+        authenticator = security.authenticator()
+    except InvalidArgument as error:
+        key = "allow_anonymous" if security.password_file is None else "password_file"
+        hint = _missing(document, "password_file", security.password_file, source)
+        raise InvalidArgument(f"{source}: security.{key}: {error}{hint}") from None
+    try:
+        authorizer = security.authorizer()
+    except InvalidArgument as error:
+        hint = _missing(document, "acl_file", security.acl_file, source)
+        raise InvalidArgument(f"{source}: security.acl_file: {error}{hint}") from None
+    return dataclasses.replace(mqtt, authenticator=authenticator, authorizer=authorizer)
+
+
 def session_limit(path: str | os.PathLike[str]) -> int:
     """The `[mqtt.limits] max_session_expiry` of the config file at `path` (the default if it
-    sets none), checked as `load_config` checks it: what `boxmq serve --config` caps the
-    sessions it finds on disk by, for `boxmq session ls --config`. Only that table is read,
-    not the password, ACL and TLS files the file names, which the CLI's user may not read."""
-    source = Path(path)
-    top = Table(_read_toml(source), source=source, homes=_homes())
-    return _limits(top.table("mqtt").table("limits"), Limits()).max_session_expiry
+    sets none): what `boxmq serve --config` caps the sessions it finds on disk by, for
+    `boxmq session ls --config`. The whole file is checked as `load_config` checks it, so a
+    file serve refuses is refused in its words (a key out of its table or misspelt was taken,
+    its cap not applied); the password, ACL and TLS files it names are not read, which the
+    CLI's user may not read."""
+    return _load(Path(path), ServeConfig(), read_files=False).mqtt.limits.max_session_expiry
 
 
 def _sets_nothing(document: dict[str, Any]) -> bool:
@@ -685,12 +698,12 @@ def _security(table: Table, base: Security) -> Security:
     )
 
 
-def _mqtt(table: Table, base: MqttSettings) -> MqttSettings:
+def _mqtt(table: Table, base: MqttSettings, *, read_files: bool) -> MqttSettings:
     listeners: list[Listener] = []
     # `listener = []` reads as "no MQTT", but the default listener would have been opened.
     none = "leave it out for the default, 127.0.0.1:1883, or run serve with --no-mqtt for none"
     for index, item in enumerate(table.tables("listener", if_empty=none), start=1):
-        listener = _listener(item)
+        listener = _listener(item, read_files=read_files)
         if listener.port and any(
             (o.host, o.port) == (listener.host, listener.port) for o in listeners
         ):
@@ -724,7 +737,7 @@ def _response_information(table: Table) -> str | None:
     return template
 
 
-def _listener(table: Table) -> Listener:
+def _listener(table: Table, *, read_files: bool) -> Listener:
     host = table.string("host")
     if host == "":
         # `--mqtt :PORT` means every interface, the key left out means this machine only: an
@@ -736,10 +749,12 @@ def _listener(table: Table) -> Listener:
         _check_host(table, host)
     host = host or Listener.host
     port = table.integer("port", low=0, high=65_535)
-    tls, identity = _tls(table.table("tls")) if table.has("tls") else (None, False)
+    tls, identity = (
+        _tls(table.table("tls"), read_files=read_files) if table.has("tls") else (None, False)
+    )
     table.finish()
     if port is None:
-        port = 8883 if tls is not None else Listener.port  # the IANA ports for MQTT
+        port = 8883 if table.has("tls") else Listener.port  # the IANA ports for MQTT
     return Listener(host=host, port=port, ssl=tls, identity_as_username=identity)
 
 
@@ -778,8 +793,9 @@ def _check_url(table: Table, host: str) -> None:
     raise table.error("host", f"{host!r} is a URL: write {write}" if name else f"{host!r} is a URL")
 
 
-def _tls(table: Table) -> tuple[ssl.SSLContext, bool]:
-    """The listener's context, and whether its client certificates name their users."""
+def _tls(table: Table, *, read_files: bool) -> tuple[ssl.SSLContext | None, bool]:
+    """The listener's context (None, its keys checked alone, without `read_files`), and
+    whether its client certificates name their users."""
     cert = table.path("cert")
     key = table.path("key")
     ca = table.path("ca")
@@ -803,6 +819,8 @@ def _tls(table: Table) -> tuple[ssl.SSLContext, bool]:
             "takes the user name from a client certificate, which needs tls.ca "
             "(and require_client_cert left true)",
         )
+    if not read_files:
+        return None, identity is True
     try:
         context = server_context(cert, key, ca=ca, require_client_cert=require is not False)
         return context, identity is True

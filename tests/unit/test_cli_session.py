@@ -13,6 +13,7 @@ import pytest
 import boxmq
 from boxmq import cli
 from boxmq.cli_session import _state, holding_server, listed
+from boxmq.config import load_config
 from boxmq.mqtt.packets import Will
 from boxmq.mqtt.properties import EMPTY
 from boxmq.mqtt.session import NEVER
@@ -78,6 +79,52 @@ def test_ls_with_the_servers_config_shows_the_end_its_limit_gives(
     config.write_text("[mqtt.limits]\nmax_session_expiry = -1\n")
     assert cli.main(["--data", str(root), "session", "ls", "--config", str(config)]) == 1
     assert "max_session_expiry" in capsys.readouterr().err  # the file's error, as serve's
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[mqtt]\nmax_session_expiry = 60\n",  # serve: "it goes in [mqtt.limits]"
+        "[mqtt.limits]\nmax_sesion_expiry = 60\n",  # a typo: the cap not applied
+        "[mqtt.limits]\nmax_session_expiry = 60\n[mqtt.listener]\nport = 1883\n",
+        "fsync = 'sometimes'\n[mqtt.limits]\nmax_session_expiry = 60\n",
+        "[xmpp]\ncomponent = 'queues.example.org'\n",
+    ],
+)
+def test_ls_refuses_a_config_serve_refuses_in_serves_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    """Only [mqtt.limits] was read, its keys unchecked: a file `boxmq serve` refuses was
+    taken (exit 0) and its cap silently not applied. The whole file is checked, as serve's
+    start checks it, and refused with the words `load_config` says."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_record(str(root), SessionRecord("c", 3600, disconnected_at=AT))
+    config = tmp_path / "boxmq.toml"
+    config.write_text(text)
+    with pytest.raises(boxmq.InvalidArgument) as refused:
+        load_config(config)
+    assert cli.main(["--data", str(root), "session", "ls", "--config", str(config)]) == 1
+    assert str(refused.value) in capsys.readouterr().err
+
+
+def test_ls_takes_a_config_whose_password_acl_and_tls_files_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The files a config names are serve's to read (the CLI's user may not have them):
+    their keys are checked, not the files."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write_record(str(root), SessionRecord("c", 3600, disconnected_at=AT))
+    config = tmp_path / "boxmq.toml"
+    config.write_text(
+        '[security]\npassword_file = "passwd"\nacl_file = "acl"\n'
+        '[[mqtt.listener]]\ntls = { cert = "server.crt", key = "server.key" }\n'
+        '[mqtt.limits]\nmax_session_expiry = "1m"\n'
+    )
+    assert cli.main(["--data", str(root), "--json", "session", "ls", "--config", str(config)]) == 0
+    [shown] = json.loads(capsys.readouterr().out)
+    assert shown["expiry"] == 60
 
 
 def test_a_session_taken_on_by_a_server_shows_which_one_counts_it() -> None:
