@@ -24,6 +24,8 @@ import io
 import os
 import re
 import shlex
+import subprocess
+import sys
 import threading
 import time
 import tomllib
@@ -726,6 +728,25 @@ def test_python_md_blocks_run_as_the_page_says(
         assert counts.done >= 1
         assert counts.locked == 0
         names["box"].close()
+
+
+def test_the_readme_s_topic_example_ends_after_the_message_it_shows(tmp_path: Path) -> None:
+    """Its `for msg in sub:` waited for a next message for ever, run as written: the block,
+    after an open of a fresh root, ends and prints the one message it published."""
+    [block] = [
+        block
+        for block in _PYTHON_BLOCK.findall((REPO / "README.md").read_text(encoding="utf-8"))
+        if block.startswith("with box.subscribe(")
+    ]
+    opening = f"import boxmq\nbox = boxmq.open({str(tmp_path / 'data')!r})\n"
+    ran = subprocess.run(
+        [sys.executable, "-c", opening + block],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=True,
+    )
+    assert ran.stdout == "sensors/kitchen/temp b'21.5'\n"
 
 
 def _public(cls: type) -> dict[str, Any]:
