@@ -941,6 +941,44 @@ _TELLS_WHAT_TO_DO = re.compile(
 )
 
 
+def test_spark_md_s_shell_block_makes_what_its_example_reads_and_its_subscribe_prints_it(
+    tmp_path: Path,
+) -> None:
+    """spark.md's first shell block is run as written (its pip line aside) in a new folder, as a
+    user does before the Python example: its put makes the queue the example reads, its
+    subscribe the kept subscription the example's sink publishes to. The sink's message is
+    published here by the embedded API (Spark runs in tests/spark, not in a unit test), and the
+    subscribe line the page gives after the example prints what the page says it prints."""
+    page = (DOCS / "spark.md").read_text(encoding="utf-8")
+    block = re.search(r"^```sh\n(.*?)^```", page, re.M | re.S)
+    assert block is not None
+    lines = [line for line in block[1].splitlines() if line.startswith("boxmq ")]
+    assert len(lines) == 2  # the put and the subscribe
+
+    def run(line: str) -> str:
+        words = shlex.split(line, comments=True)
+        done = subprocess.run(
+            [sys.executable, "-m", *words], cwd=tmp_path, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    for line in lines:
+        run(line)
+    assert len(list((tmp_path / "data" / "sensors" / "target").iterdir())) == 1
+    after = re.search(
+        r"Once the stream has run a batch, `(boxmq [^`]+)`\s+prints what the sink published "
+        r"\(`([^`]+)`\)",
+        page,
+    )
+    assert after is not None
+    topic = re.search(r'\.option\("topic", "([^"]+)"\)', page)
+    assert topic is not None
+    with boxmq.open(tmp_path / "data") as box:
+        box.publish(topic[1], b"21.5")  # the body the shell block put in the queue
+    assert run(after[1]).splitlines() == [after[2]]
+
+
 def _warnings_and_errors() -> Iterator[tuple[str, str]]:
     """(where, text) of each `log.warning`, `log.error`, `log.exception` and `log.critical`
     of boxmq's modules, from their source, its literal text: an f-string's or a %-format's
