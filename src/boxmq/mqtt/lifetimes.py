@@ -56,7 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import replace
 from enum import Enum, auto
 from functools import partial
@@ -226,15 +226,22 @@ def _session_made(client_id: str, record: SessionRecord | None, text: str) -> bo
 
 
 def owned_on_disk(
-    topics: Topics, client_id: str, record: SessionRecord | None
+    topics: Topics,
+    client_id: str,
+    record: SessionRecord | None,
+    making: Collection[str] = (),
 ) -> list[tuple[str, SubscriptionRecord]]:
     """The subscriptions on disk under the client id's name that are its session's own
     (`_session_made`: another door's is said, and left alone), for its return (which keeps
-    them) or its end (which deletes them)."""
+    them) or its end (which deletes them). `making`: the filters that SUBSCRIBEs of sessions
+    of the client id that ended here are still making (`Lifetimes._making`), passed over: a
+    worker's dropbox, none of a session's, which `Subscribing._drop_late` deletes once made.
+    Found by the look for another door's, each was said to be one, at each takeover of a
+    client reconnecting in a loop (found by fuzzing `boxmq serve`)."""
     return [
         (text, subscription)
         for text, subscription in _under_its_name(topics, client_id, record)
-        if _session_made(client_id, record, text)
+        if text not in making and _session_made(client_id, record, text)
     ]
 
 
@@ -324,6 +331,10 @@ class Lifetimes:
         self._sweep_failing = RecurringFailure()
         # The ends the disk refused a step of, finished by the sweep.
         self._left = EndsLeft(box.root, token)
+        # Client id -> the filters that sessions of it ended here were still subscribing to
+        # (each its Session.adding, emptied by Subscribing as each is made, then undone by
+        # `_drop_late`): `forget_on_disk` passes over their dropboxes (`owned_on_disk`).
+        self._still_made: dict[str, list[set[str]]] = {}
         self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
         self._unread_ends: set[str] = set()  # ends due waiting for their records, told
@@ -332,13 +343,15 @@ class Lifetimes:
     def forget_on_disk(self, client_id: str, record: SessionRecord | None) -> None:
         """A session this process holds nothing of ended (a clean start, or one found on disk
         at start whose time ran out): what it left on disk is deleted, its durable
-        subscriptions (those its `record` names, as the caller just read it: `owned_on_disk`),
-        its QoS 2 messages awaiting PUBREL and its record."""
+        subscriptions (those its `record` names, as the caller just read it: `owned_on_disk`,
+        which passes over what SUBSCRIBEs of sessions ended here are still making), its QoS 2
+        messages awaiting PUBREL and its record."""
         name = consumer_name(client_id)
         topics = self._box.topics
         # The filters its record names, each read from its own folder; the records of every
         # subscription on the root only for a record of an older boxmq (`owned_on_disk`).
-        found = {text for text, _ in owned_on_disk(topics, client_id, record)}
+        making = self._making(client_id)
+        found = {text for text, _ in owned_on_disk(topics, client_id, record, making)}
         with topics.ending_together():  # told to the other processes once, not per filter
             for text in found:
                 with self._left.step(client_id, f"deleting its subscription to {text}"):
@@ -352,6 +365,14 @@ class Lifetimes:
                     with self._left.step(client_id, f"deleting what is left of {text}"):
                         topics.remove_left_behind(text, name)
         self._discard_session_state(client_id)
+
+    def _making(self, client_id: str) -> set[str]:
+        """The filters that sessions of `client_id` ended here are still subscribing to
+        (those made since are forgotten)."""
+        adding = [left for left in self._still_made.pop(client_id, ()) if left]
+        if adding:
+            self._still_made[client_id] = adding
+        return set().union(*adding)
 
     def finish_ends(self) -> None:
         """The sweep's (once a second): the ends the disk refused a step of are done again,
@@ -426,6 +447,8 @@ class Lifetimes:
         messages awaiting PUBREL discarded."""
         client_id = session.client_id
         self._drop_from_memory(session)
+        if session.adding:  # its SUBSCRIBE's disk work goes on, undone once done
+            self._still_made.setdefault(client_id, []).append(session.adding)
         name = consumer_name(client_id)
         with self._box.topics.ending_together():  # told to the other processes once
             for text, subscriber in self._durable.pop(client_id, {}).items():

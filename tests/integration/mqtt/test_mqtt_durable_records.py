@@ -8,12 +8,14 @@ on a real socket does the rest."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,11 @@ import paho.mqtt.client as mqtt
 import pytest
 from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, start_server
 from tests.integration.mqtt.raw import connect_packet, open_raw, pubrel, read, subscribe
-from tests.waiting import until
+from tests.waiting import logged, until
 
 from boxmq.mqtt.session_record import records_folder
 from boxmq.mqtt.stored import consumer_name
+from boxmq.mqtt.subscribing import Subscribing
 from boxmq.store.topics import subscription_key, subscription_path
 
 
@@ -203,3 +206,50 @@ def test_nothing_follows_the_disconnect_of_a_client_whose_packets_wait_for_a_sub
     assert got[-1] == (0xE0, b"\x8e"), got  # DISCONNECT 0x8E, and nothing after
     first.close()
     second.close()
+
+
+def test_a_clean_start_says_nothing_of_the_subscription_its_ended_session_is_still_making(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A persistent session's SUBSCRIBE is made by a worker (its dropbox open, held here) when
+    a clean start takes the session over and ends it, and another takes that one over. Each
+    end looked for what its session left under the name on disk, found that dropbox, no
+    session's yet, and warned that another door's subscription was left alone (once per
+    filter, at each takeover of a client reconnecting in a loop: found by fuzzing `boxmq
+    serve`), though `_drop_late` deletes it once the worker is done."""
+    opened = threading.Event()
+    release = threading.Event()
+    real = Subscribing._open_durable
+
+    def held(self: Subscribing, *args: Any, **kwargs: Any) -> Any:
+        made = real(self, *args, **kwargs)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a worker's: held (on the loop, it would hold every client)
+            opened.set()
+            release.wait(WAIT)
+        return made
+
+    monkeypatch.setattr(Subscribing, "_open_durable", held)
+    caplog.set_level(logging.INFO, logger="boxmq.mqtt")
+    with start_server(tmp_path / "root", fsync="always") as running:
+        first, _ = open_raw(running, "late", clean=True, expiry=300)
+        first.sendall(subscribe(1, "late/#", 1))
+        assert opened.wait(WAIT), "the SUBSCRIBE's dropbox was never made"
+        takers = []
+        for takeovers in (1, 2):  # the second ends a session that subscribed to nothing
+            taker = socket.create_connection((running.host, running.port), timeout=WAIT)
+            taker.sendall(connect_packet("late", clean=True, expiry=0))
+            until(partial(_taken_over, caplog, takeovers), "no takeover")
+            takers.append(taker)
+        release.set()  # the CONNACKs wait for the first connection's disk work
+        assert read(takers[-1])[0] == 0x20, "CONNACK"
+        name = consumer_name("late")
+        until(lambda: not running.box.topics.subscribed(name), f"{name} still subscribed")
+        for sock in (first, *takers):
+            sock.close()
+    assert logged(caplog, "not its session's") == []
+
+
+def _taken_over(caplog: pytest.LogCaptureFixture, times: int) -> bool:
+    return len(logged(caplog, "late: taken over")) == times
