@@ -435,8 +435,8 @@ class ConnectAnswers:
         """A CONNECT that resumes a session from the disk (none in memory, clean start 0)
         while an earlier connection of its client id still has disk work is answered after
         that work, its packets behind it held (True). That work may be making a subscription
-        of the session that just ended: its dropbox opened by a worker, and closed and
-        deleted on the loop once done (subscribing.py `_drop_late`); found on disk in
+        of the session that just ended: its dropbox opened by a worker, closed on the loop
+        once done and deleted by a worker after (subscribing.py `_drop_late`); found on disk in
         between, it was opened a second time, which raised out of the read (InvalidArgument:
         the consumer is already open), and the CONNECT got no CONNACK."""
         client_id = packet.client_id

@@ -17,7 +17,8 @@ Invariants:
   durable subscriber) removes its subscriptions after that work, under every policy, so that
   those messages still meet them; the client's later packets wait for its UNSUBACK.
 - A subscription made for a session that ended while the disk worked is undone, as its end
-  would have done (unless a new session of the client has it: the same dropbox).
+  would have done (unless a new session of the client has it: the same dropbox), its folder
+  deleted by a worker, before the disk work of the client id's later connections.
 - A subscription the disk refuses to delete stays the session's, open, and the client is
   told: v5 in its UNSUBACK, 3.1.1 by closing the connection.
 - A session holds at most `max_subscriptions` distinct filters (session.py says which):
@@ -261,7 +262,7 @@ class Subscribing:
                     session, one.text, one.options, retained=one.due, later=later
                 )
             except OSError as error:  # the old subscription it replaces could not be deleted
-                self._subscription_made(session, one, store_failure(error))
+                self._subscription_made(client, session, one, store_failure(error))
                 continue
             if work is None and not later:
                 continue  # made in memory, at once
@@ -269,8 +270,11 @@ class Subscribing:
                 if session.adding is None:
                     session.adding = set()
                 session.adding.add(one.text)
-            made = self._memory_made if work is None else self._subscription_made
-            jobs.append(Job(work, partial(made, session, one), logs=True))
+            if work is None:
+                made = partial(self._memory_made, session, one)
+            else:
+                made = partial(self._subscription_made, client, session, one)
+            jobs.append(Job(work, made, logs=True))
         answer = partial(self._subscribed, client, session, packet.packet_id, wanted)
         refused = partial(self._record_refused, session, wanted, answer)
         record = (
@@ -403,12 +407,16 @@ class Subscribing:
             text, ReasonCode(request.qos), options, text in session.subscriptions, parsed.shared
         )
 
-    def _subscription_made(self, session: Session, wanted: _Wanted, result: object) -> None:
-        """On the loop, once the disk work of one filter is done: the subscription is the
-        session's now, or the SUBACK says why not."""
+    def _subscription_made(
+        self, client: Client, session: Session, wanted: _Wanted, result: object
+    ) -> None:
+        """On the loop, once the disk work of one filter (`client`'s) is done: the
+        subscription is the session's now, or the SUBACK says why not."""
         client_id = session.client_id
-        if session.adding is not None:
-            session.adding.discard(wanted.text)
+        subscriber = result if isinstance(result, Subscriber) else None
+        ended = self._sessions.get(client_id) is not session  # while the disk worked
+        if session.adding is not None and not (ended and subscriber is not None):
+            session.adding.discard(wanted.text)  # else once undone (`_drop_late`)
         if isinstance(result, BoxMQError):
             # The one line of a refusal (disk.py leaves it to this one): ERROR for the disk's.
             wanted.failed = isinstance(result, StoreFailed)
@@ -417,27 +425,43 @@ class Subscribing:
             wanted.reason, wanted.options = _refusal_of(result), None
             return
         assert wanted.options is not None
-        subscriber = result if isinstance(result, Subscriber) else None
         wanted.opened = subscriber is not None
-        if self._sessions.get(client_id) is not session:  # it ended while the disk worked
+        if ended:
             if subscriber is not None:
-                self._drop_late(session, wanted.text, subscriber)
+                self._drop_late(client, session, wanted.text, subscriber)
             return
         session.subscriptions[wanted.text] = wanted.options
         if subscriber is not None:
             self._durable.setdefault(client_id, {})[wanted.text] = subscriber
 
-    def _drop_late(self, session: Session, text: str, subscriber: Subscriber) -> None:
+    def _drop_late(
+        self, client: Client, session: Session, text: str, subscriber: Subscriber
+    ) -> None:
         """A subscription made for a session that ended meanwhile is undone, as its end would
-        have done (unless a new session of the client has it: the same dropbox)."""
+        have done (unless a new session of the client has it: the same dropbox). Its folder
+        is deleted by a worker, as the next job of `client` (whose disk work made it): after
+        the work read before, and before any later connection's of the client id (batches
+        `last`). Then it is no longer the ended session's `adding`, whose dropboxes the end
+        of a session of the client id passes over meanwhile (Lifetimes `_making`)."""
         client_id = session.client_id
         current = self._sessions.get(client_id)
-        with session_end_step(client_id, f"deleting its subscription to {text}"):
+        with session_end_step(client_id, f"closing {text}"):
             subscriber.close()
-            if not parse_filter(text).shared and (
-                current is None or text not in current.subscriptions
-            ):
+
+        def undone(_: object) -> None:
+            if session.adding is not None:
+                session.adding.discard(text)
+
+        if parse_filter(text).shared or (current is not None and text in current.subscriptions):
+            undone(None)
+            return
+
+        def delete() -> object:  # in a worker thread
+            with session_end_step(client_id, f"deleting its subscription to {text}"):
                 self._box.unsubscribe(text, consumer_name(client_id))
+            return None
+
+        client.jobs.append(Job(delete, undone))
 
     def _subscribed(
         self, client: Client, session: Session, packet_id: int, wanted: list[_Wanted]

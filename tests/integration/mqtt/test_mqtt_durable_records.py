@@ -25,6 +25,7 @@ from tests.integration.mqtt.clients import WAIT, Paho, RunningServer, paho, star
 from tests.integration.mqtt.raw import connect_packet, open_raw, pubrel, read, subscribe
 from tests.waiting import logged, until
 
+from boxmq.client.box import Box
 from boxmq.mqtt.session_record import records_folder
 from boxmq.mqtt.stored import consumer_name
 from boxmq.mqtt.subscribing import Subscribing
@@ -223,9 +224,7 @@ def test_a_clean_start_says_nothing_of_the_subscription_its_ended_session_is_sti
 
     def held(self: Subscribing, *args: Any, **kwargs: Any) -> Any:
         made = real(self, *args, **kwargs)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # a worker's: held (on the loop, it would hold every client)
+        if not _on_a_loop():  # a worker's: held (on the loop, it would hold every client)
             opened.set()
             release.wait(WAIT)
         return made
@@ -253,3 +252,55 @@ def test_a_clean_start_says_nothing_of_the_subscription_its_ended_session_is_sti
 
 def _taken_over(caplog: pytest.LogCaptureFixture, times: int) -> bool:
     return len(logged(caplog, "late: taken over")) == times
+
+
+def test_a_late_subscription_is_deleted_off_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A subscription made by a worker for a session that ended meanwhile is deleted
+    (`_drop_late`: a folder's rmtree, as long as its messages are many) by a worker too,
+    after the disk work before it and before the next connection's; it was deleted on the
+    loop, which every client waits for (found reading `_drop_late`)."""
+    opened = threading.Event()
+    release = threading.Event()
+    real = Subscribing._open_durable
+
+    def held(self: Subscribing, *args: Any, **kwargs: Any) -> Any:
+        made = real(self, *args, **kwargs)
+        if not _on_a_loop():
+            opened.set()
+            release.wait(WAIT)
+        return made
+
+    deleted_on: list[bool] = []  # each deletion: whether on the loop's thread
+    unsubscribe = Box.unsubscribe
+
+    def watched(self: Box, *args: Any, **kwargs: Any) -> Any:
+        deleted_on.append(_on_a_loop())
+        return unsubscribe(self, *args, **kwargs)
+
+    monkeypatch.setattr(Subscribing, "_open_durable", held)
+    monkeypatch.setattr(Box, "unsubscribe", watched)
+    caplog.set_level(logging.INFO, logger="boxmq.mqtt")
+    with start_server(tmp_path / "root", fsync="always") as running:
+        first, _ = open_raw(running, "late", clean=True, expiry=300)
+        first.sendall(subscribe(1, "late/#", 1))
+        assert opened.wait(WAIT), "the SUBSCRIBE's dropbox was never made"
+        second = socket.create_connection((running.host, running.port), timeout=WAIT)
+        second.sendall(connect_packet("late", clean=True, expiry=300))  # ends the session
+        until(partial(_taken_over, caplog, 1), "no takeover")
+        release.set()
+        assert read(second)[0] == 0x20, "CONNACK"
+        name = consumer_name("late")
+        until(lambda: not running.box.topics.subscribed(name), f"{name} still subscribed")
+        for sock in (first, second):
+            sock.close()
+    assert deleted_on == [False]
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
