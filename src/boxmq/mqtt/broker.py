@@ -743,21 +743,38 @@ class Broker:
         settles its own, a DISCONNECT says how the session ends (no Will). A PUBLISH that was
         never answered and a SUBSCRIBE go with the connection."""
         held, client.held = client.held, None
-        for packet in held or ():
-            kind = type(packet)
-            try:
-                if kind is Disconnect:
-                    assert isinstance(packet, Disconnect)
-                    take_disconnect(client, session, packet, self.limits.max_session_expiry)
-                    return  # nothing may follow a DISCONNECT
-                if kind in _ACKS:
-                    self._handle(client, packet)
-            except ProtocolViolation as error:
-                log.info("client %s: a packet held at close: %s", session.client_id, error)
-                return
+        dropped = 0
+        try:
+            for packet in held or ():
+                kind = type(packet)
+                try:
+                    if kind is Disconnect:
+                        assert isinstance(packet, Disconnect)
+                        take_disconnect(client, session, packet, self.limits.max_session_expiry)
+                        return  # nothing may follow a DISCONNECT
+                    if kind in _ACKS:
+                        self._handle(client, packet)
+                    else:
+                        dropped += 1
+                except ProtocolViolation as error:
+                    log.info("client %s: a packet held at close: %s", session.client_id, error)
+                    return
+        finally:
+            if dropped and client.stopped:  # a stop's: the operator may wonder what went
+                log.info(
+                    "client %s: %d packet(s) held behind its SUBSCRIBE or CONNECT still being "
+                    "answered at the stop dropped, as if never read (none was answered)",
+                    session.client_id,
+                    dropped,
+                )
 
     def _resume(self, client: Client) -> None:
-        """The packets a SUBSCRIBE held back are handled, now that it is answered."""
+        """The packets a SUBSCRIBE held back are handled, now that it is answered; unless the
+        server is stopping: then they stay held for the close (`_held_at_close`), which
+        drops those unanswered. Handled one after another, each SUBSCRIBE with its flushes,
+        a client's backlog of them kept a SIGTERM'd server busy for over a minute."""
+        if client.stopped and client.held is not None:
+            return
         held, client.held = client.held, None
         if held is None or self._clients.get(client.link) is not client:
             return  # the connection closed meanwhile

@@ -304,3 +304,31 @@ def _on_a_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def test_a_stop_drops_the_subscribes_waiting_behind_one_the_disk_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client's SUBSCRIBEs read behind one the disk is making wait for its SUBACK (their
+    order kept); a stop handled them one after another, each flushed, and a backlog kept a
+    SIGTERM'd server busy for over a minute (found by fuzzing `boxmq serve`). Not answered,
+    they are dropped with the connection, as if never read, and the log says so."""
+    real = os.fsync
+
+    def slow(fd: int) -> None:
+        time.sleep(0.02)
+        real(fd)
+
+    caplog.set_level(logging.INFO, logger="boxmq.mqtt")
+    many = 60
+    with start_server(tmp_path / "root", fsync="always") as running:
+        sock, _ = open_raw(running, "many", clean=True, expiry=300)
+        monkeypatch.setattr(os, "fsync", slow)
+        sock.sendall(b"".join(subscribe(n, f"many/{n}", 1) for n in range(1, many + 1)))
+        assert read(sock)[0] == 0x90, "SUBACK"
+        began = time.monotonic()  # and the server stops
+    stopped = time.monotonic() - began
+    sock.close()
+    assert stopped < 1.5, f"the stop took {stopped:.1f} s"
+    [dropped] = logged(caplog, "at the stop dropped, as if never read")
+    assert dropped.startswith("client many: ")
