@@ -27,7 +27,7 @@ from boxmq.errors import (
     TargetMissing,
     UnexpectedRequest,
 )
-from boxmq.store.layout import State, queue_path
+from boxmq.store.layout import State, broken_target, queue_path, target_moved_aside
 
 EMPTY = 3  # the exit status of a `get` that found no message ready
 
@@ -63,24 +63,25 @@ def put(args: argparse.Namespace, box: Box) -> int:
 
 
 def _queue_to_put(box: Box, name: str) -> Queue:
-    """The queue `name`, made if its folder is not there. One whose folder is there without
-    its target/ is not made again: that target/ was moved aside to be recreated
-    (docs/operations.md, "Disk usage"), and a new one made here took the message in the
-    middle of it and made the operator's `mkdir target` fail. Refused as the API's put
-    refuses it then (TargetMissing), nothing put. One whose target/ is a file is refused in
-    box.queue's words ("queue is broken", and how to mend it), as `boxmq get` refuses it:
-    making it said "File exists", with advice for a --data folder in the way."""
+    """The queue `name`, made if its folder is not there, or finished if its making was cut
+    short (a put killed between working/ and target/), as the assured intake does. One whose
+    target/ was moved aside to be made again (docs/operations.md, "Disk usage";
+    layout.target_moved_aside tells the two apart) is not made again: a new target/ made here
+    took the message in the middle of it and made the operator's `mkdir target` fail. Refused
+    as the API's put refuses it then (TargetMissing), nothing put. One whose target/ is a file
+    is refused in box.queue's words ("queue is broken", and how to mend it), as `boxmq get`
+    refuses it: making it said "File exists", with advice for a --data folder in the way."""
     try:
         return box.queue(name, create=False)
     except QueueNotFound:
         path = queue_path(box.root, name)
-        if not os.path.isdir(path):
-            return box.queue(name)  # no folder: made, as ever
-        target = os.path.join(path, State.TARGET.value)
-        if not os.path.lexists(target):
+        if target_moved_aside(path):
+            target = os.path.join(path, State.TARGET.value)
             missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
             raise TargetMissing(missing, name, target, putting=True) from None
-        raise  # target/ a file: broken, said so
+        if broken_target(path) is not None:
+            raise  # target/ a file: broken, said so
+        return box.queue(name)  # no folder, or one half made: made, as ever
 
 
 # The largest body `put` and `publish` read: the largest MQTT packet (MQTT 5.0 §1.5.5, the

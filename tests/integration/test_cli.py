@@ -95,6 +95,22 @@ def test_put_into_a_queue_whose_target_is_moved_aside_is_refused_and_makes_none(
     assert len(os.listdir(root / "fresh" / "target")) == 1
 
 
+def test_put_into_a_queue_whose_making_was_cut_short_finishes_making_it(root: Path) -> None:
+    # A put killed between Dropbox's working/ and its target/ leaves working/ alone: `put`
+    # took that for a target/ moved aside and refused it for ever, where the assured intake
+    # finishes making it. Refused still: a folder holding more, as a queue made whole does.
+    (root / "half" / "working").mkdir(parents=True)
+    ok(root, "put", "half", "one")
+    assert len(os.listdir(root / "half" / "target")) == 1
+    assert json.loads(ok(root, "--json", "get", "half"))["body"] == "one"
+    (root / "aside" / "working").mkdir(parents=True)
+    (root / "aside" / "processing").mkdir()
+    done = boxmq_cli(root, "put", "aside", "two")
+    assert done.returncode == 1, done
+    assert done.stderr.strip().startswith("boxmq put: queue 'aside' has no target/"), done.stderr
+    assert not (root / "aside" / "target").exists()
+
+
 def test_put_into_a_queue_whose_target_is_a_file_says_the_queue_is_broken(root: Path) -> None:
     # `put` said "target: File exists: it is a file, not a folder (or choose another --data
     # folder)", advice for a root in the way, where `get` said the queue is broken and how to

@@ -76,7 +76,7 @@ from boxmq.model import (
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
-from boxmq.store.layout import State, dropbox_folders, queue_path
+from boxmq.store.layout import State, dropbox_folders, queue_path, target_moved_aside
 from boxmq.store.names import MAX_NAME, check_priority, decode_lenient, encode
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import Placed, SideFiles
@@ -387,7 +387,7 @@ class AssuredIntake:
         path = queue_path(self._root, queue)
         target = os.path.join(path, State.TARGET.value)
         # target/ looked at first: one stat where it is there, as it nearly always is
-        if not os.path.isdir(target) and _moved_aside(path, target):
+        if not os.path.isdir(target) and target_moved_aside(path):
             missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
             raise TargetMissing(missing, queue, target, putting=True)
         return Dropbox(path, self._committer).dir(State.WORKING)
@@ -850,18 +850,6 @@ class AssuredIntake:
             log.debug("exactly once: %s left %s meanwhile, %s", entry.name, folder, done)
             return marked is not None
         return False
-
-
-def _moved_aside(path: str, target: str) -> bool:
-    """Whether the queue folder `path` is there without its `target/` (a file there is a
-    broken queue, refused as such further on), and holds more than a making of it cut short
-    leaves: Dropbox makes working/ first, then target/, so a kill in between leaves working/
-    at most, while a queue made whole keeps its processing/ and the rest."""
-    try:
-        entries = set(os.listdir(path))
-    except (FileNotFoundError, NotADirectoryError):
-        return False  # no queue: made, as ever
-    return not os.path.lexists(target) and not entries <= {State.WORKING.value}
 
 
 def _check_key(source: object, msg_id: object = "") -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "remove_dropbox",
     "remove_folder",
     "settled_seen",
+    "target_moved_aside",
 ]
 
 TOPIC_ROOT = "topic-root"
@@ -92,6 +93,20 @@ def broken_target(path: str) -> str | None:
     if os.path.isdir(path) and os.path.lexists(target) and not os.path.isdir(target):
         return target
     return None
+
+
+def target_moved_aside(path: str) -> bool:
+    """Whether the queue folder `path` is there without its target/ (moved aside to be made
+    again, operations.md's "Disk usage": refused, a new one made there broke the operator's
+    `mkdir target`) and not merely half made (finished, as a put makes a queue). Dropbox makes
+    working/ first, then target/ (State's order), so a put killed in between leaves working/
+    at most, while a queue made whole keeps its processing/ and the rest. A target/ that is a
+    file is no moving aside (`broken_target`); no folder at `path` is a queue to make."""
+    try:
+        entries = set(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return State.TARGET.value not in entries and not entries <= {State.WORKING.value}
 
 
 def in_the_way(path: str) -> str | None:
