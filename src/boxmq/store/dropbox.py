@@ -174,7 +174,7 @@ class Dropbox:
         self._processed = self._prefixes[State.PROCESSED]
         if create:
             # In State's order, working/ before target/: a making cut short leaves no folder
-            # that layout.target_moved_aside takes for a target/ moved aside.
+            # that layout.target_moved_aside takes for a target/ moved aside (layout.half_made).
             for directory in self._dirs.values():
                 # One look where the folder is there (a subscription's, made with its
                 # record): makedirs looked at the parent, tried a mkdir and looked again.

@@ -33,6 +33,7 @@ __all__ = [
     "dropbox_folders",
     "escaped_name",
     "folder_seen",
+    "half_made",
     "in_the_way",
     "is_dropbox",
     "list_dropboxes",
@@ -95,18 +96,34 @@ def broken_target(path: str) -> str | None:
     return None
 
 
+def half_made(path: str) -> bool:
+    """Whether the folder `path` is there holding working/ at most: a queue whose making was
+    cut short (a put killed), to be finished, not refused. Dropbox makes working/ first, then
+    target/ (State's order), so a kill in between leaves working/ at most, while a queue made
+    whole keeps its processing/ and the rest (`target_moved_aside`)."""
+    entries = _entries(path)
+    return entries is not None and entries <= {State.WORKING.value}
+
+
 def target_moved_aside(path: str) -> bool:
     """Whether the queue folder `path` is there without its target/ (moved aside to be made
     again, operations.md's "Disk usage": refused, a new one made there broke the operator's
-    `mkdir target`) and not merely half made (finished, as a put makes a queue). Dropbox makes
-    working/ first, then target/ (State's order), so a put killed in between leaves working/
-    at most, while a queue made whole keeps its processing/ and the rest. A target/ that is a
-    file is no moving aside (`broken_target`); no folder at `path` is a queue to make."""
+    `mkdir target`) and not merely half made (`half_made`: finished, as a put makes a queue).
+    A target/ that is a file is no moving aside (`broken_target`); no folder at `path` is a
+    queue to make."""
+    entries = _entries(path)
+    return (
+        entries is not None
+        and State.TARGET.value not in entries
+        and not entries <= {State.WORKING.value}
+    )
+
+
+def _entries(path: str) -> set[str] | None:
     try:
-        entries = set(os.listdir(path))
+        return set(os.listdir(path))
     except (FileNotFoundError, NotADirectoryError):
-        return False
-    return State.TARGET.value not in entries and not entries <= {State.WORKING.value}
+        return None
 
 
 def in_the_way(path: str) -> str | None:

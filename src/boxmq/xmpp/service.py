@@ -51,7 +51,7 @@ from boxmq.errors import (
     store_failure,
 )
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.layout import State, broken_target, no_dropbox, queue_path
+from boxmq.store.layout import State, broken_target, half_made, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.conditions import (
@@ -890,8 +890,9 @@ class QueueService:
         path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
         # Its folder, not its target/: one moved aside to be made again (docs/operations.md,
         # "Disk usage") is a queue still, whose subscribers a create forgot, and whose new
-        # target/ it made under the operator's `mkdir target`.
-        if os.path.isdir(path):
+        # target/ it made under the operator's `mkdir target`. One whose making was cut short
+        # (working/ alone: a put killed) is made, as a put makes it.
+        if os.path.isdir(path) and not half_made(path):
             raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
         if request.node in self._queues:  # known here, its folder gone: deleted elsewhere
             self._forget_deleted(request.node)  # its subscribers are not the topic's

@@ -849,6 +849,18 @@ def test_a_create_of_a_queue_whose_target_is_moved_aside_is_conflict_and_keeps_i
     assert wire.events() == [(BOB, "item", item)]  # still subscribed
 
 
+def test_a_create_of_a_queue_whose_making_was_cut_short_makes_it(wire: Wire, root: Path) -> None:
+    # A put killed between Dropbox's working/ and its target/ leaves working/ alone: a create
+    # took that for a queue whose target/ was moved aside (conflict), for ever, where a put
+    # finishes making it. More than working/ there without target/ is moved aside: conflict.
+    (root / "jobs" / "working").mkdir(parents=True)
+    assert wire.create().get("type") == "result"
+    assert (root / "jobs" / "target").is_dir()
+    wire.subscribe(BOB, 1)
+    item = wire.publish()
+    assert wire.events() == [(BOB, "item", item)]
+
+
 def test_a_clock_stepped_back_does_not_put_off_the_timers_look_for_deleted_queues(
     wire: Wire, root: Path
 ) -> None:
