@@ -94,7 +94,13 @@ def _body(args: argparse.Namespace) -> bytes:
     if args.file is not None:  # BODY is None: cli.main refused both
         try:
             with open(args.file, "rb") as source:
-                return _bounded(source, f"--file {args.file}")
+                where = f"--file {args.file}"
+                # A regular file's size is known before a byte of it is read: one over the
+                # limit was read up to 256 MiB before it was refused. A pipe or a device
+                # (/dev/zero) says 0 and is bounded as it is read.
+                if os.fstat(source.fileno()).st_size > MAX_BODY:
+                    raise _too_big(where)
+                return _bounded(source, where)
         except OSError as error:
             raise InvalidArgument(f"cannot read {args.file}: {error.strerror}") from None
     if args.body is None or args.body == "-":
@@ -116,11 +122,15 @@ def _bounded(source: BinaryIO, where: str) -> bytes:
     """All of `source`, reading at most one byte past MAX_BODY: InvalidArgument past it."""
     body = source.read(MAX_BODY + 1)
     if len(body) > MAX_BODY:
-        raise InvalidArgument(
-            f"{where} holds more than {MAX_BODY} bytes (256 MiB), the largest body boxmq "
-            "sends (MQTT's largest packet): nothing is sent"
-        )
+        raise _too_big(where)
     return body
+
+
+def _too_big(where: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{where} holds more than {MAX_BODY} bytes (256 MiB), the largest body boxmq "
+        "sends (MQTT's largest packet): nothing is sent"
+    )
 
 
 def publish(args: argparse.Namespace, box: Box) -> int:

@@ -2628,6 +2628,34 @@ def test_a_body_over_the_limit_is_refused_and_nothing_sent(
         assert box.queue("q").get("t") is None
 
 
+def test_a_file_over_the_limit_is_refused_before_its_body_is_read(
+    root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`put --file` of a 300 MB file read 256 MiB (284 MB of RSS) before refusing it, though
+    a regular file's size is known from the start; the bytes this process read (Linux's
+    rchar) show the body is not read now. The limit made small, and the file sparse."""
+    monkeypatch.setattr(cli_message, "MAX_BODY", 1 << 20)
+    over = root.parent / "over"
+    with open(over, "wb") as sparse:
+        sparse.truncate((1 << 20) + 1)
+    before = _bytes_read()
+    status = cli.main(["--data", str(root), "put", "q", "--file", str(over)])
+    read = _bytes_read() - before
+    assert status == 1
+    assert f"--file {over} holds more than {1 << 20} bytes" in capsys.readouterr().err
+    assert read < 1 << 16  # the config and the root's few small files, not the megabyte
+    with boxmq.open(root) as box:
+        assert box.queue("q").get("t") is None
+
+
+def _bytes_read() -> int:
+    """What this process has read so far, from every file and pipe (/proc/self/io)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("/proc/self/io has no rchar")
+
+
 def test_put_reading_the_body_from_a_terminal_says_so(root: Path) -> None:
     """`boxmq put jobs` with BODY forgotten waited on the terminal, saying nothing."""
     terminal, its_end = os.openpty()
