@@ -1,6 +1,6 @@
 """bench/spark: the boxmq data source against Spark's own binaryFile source, on one dropbox.
 
-    python bench/spark.py [--messages 100000] [--size 64] [--partitions 2] [--dir DIR] [--quick]
+    python bench/spark.py [--messages 100000 | --quick] [--size 64] [--partitions 2] [--dir DIR]
 
 One queue of N small messages is read four ways, in one SparkSession (local[2]) and one run:
 
@@ -342,11 +342,13 @@ def _report_latency(latencies: list[float], rate: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=100_000)
+    # One or the other: --quick used to win silently over a count given with it.
+    count = parser.add_mutually_exclusive_group()
+    count.add_argument("--messages", type=int, default=100_000)
+    count.add_argument("--quick", action="store_true", help=f"{QUICK_MESSAGES} messages")
     parser.add_argument("--size", type=int, default=64, help="body bytes")
     parser.add_argument("--partitions", type=int, default=2, help="boxmq numPartitions")
     parser.add_argument("--dir", help="where the root goes (default: a temporary folder)")
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK_MESSAGES} messages")
     parser.add_argument("--rate", type=float, default=200.0, help="latency: messages/s")
     parser.add_argument("--seconds", type=float, default=20.0, help="latency: how long")
     options = parser.parse_args(argv)

@@ -67,6 +67,22 @@ def test_every_bench_script_imports_and_answers_help() -> None:
         assert f"usage: {script}" in done.stdout, script
 
 
+def test_bench_spark_refuses_quick_with_a_count(tmp_path: Path) -> None:
+    # --quick replaced a --messages given with it, so a run asked for 500 measured 10,000
+    # unsaid; the pair is a usage error now, before a message is made (--dir stays empty).
+    asked = ["--quick", "--messages", "500", "--dir", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "spark.py"), *asked],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ.copy(),
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "error: argument --messages: not allowed with argument --quick" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bench_picks_its_ports_with_the_tests_own_picker() -> None:
     # bench/ and the tests each kept a copy of the port picker, and a fix made to one only
     # (5efe5ac, copied later by abca5eb) was a bug of the other; both use harness/ports.py now.
