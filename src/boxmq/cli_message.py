@@ -170,8 +170,7 @@ def get(args: argparse.Namespace, box: Box) -> int:
         output.err(f"boxmq get: no message is ready in {args.queue!r}{whose}{held}")
         return EMPTY
     if args.json:
-        record = _message_record(message, args.subscriber) | output.json_body(message.body)
-        output.out(output.to_json(record))
+        output.out_json_with_body(_message_record(message, args.subscriber), message.body)
         return 0
     record = _message_record(message, args.subscriber)
     record["id"] = shown(message.id)  # a name that is not UTF-8: its bytes as \xNN, as peek

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+import tracemalloc
+
 import pytest
 
-from boxmq.cli_output import said
+from boxmq import cli_output
+from boxmq.cli_output import json_body, out_json_with_body, said, to_json
 
 
 @pytest.mark.parametrize(
@@ -28,3 +32,42 @@ def test_said_shows_bytes_that_are_not_utf_8_as_xnn(message: str, shown: str) ->
 def test_said_is_one_line_whatever_the_message_repeats() -> None:
     said_ = said("boxmq ack: a\nb\r\udcff: no such message")
     assert said_ == r"boxmq ack: a\nb\x0d\xff: no such message"
+
+
+_CHUNK = cli_output._CHUNK
+_BODIES = [
+    b"",
+    b"plain",
+    '\u00e9 \U0001f600 "quoted" \\x41\n\t\x00'.encode(),
+    b"\xff\xfe not utf-8",
+    # a character and an invalid sequence across a chunk's end, and a body of whole chunks
+    b"a" * (_CHUNK - 1) + "\U0001f600".encode() + b"\xf0\x9f" + b"b" * _CHUNK,
+    b"\xe2\x82" + b"x" * (_CHUNK - 3) + b"\xe2\x82\xac" + b"\xff" * (2 * _CHUNK - 1),
+    b"y" * (2 * _CHUNK),
+]
+
+
+@pytest.mark.parametrize("body", _BODIES)
+@pytest.mark.parametrize("record", [{}, {"id": "q\udcff", "n": 1.5, "p": {"k": float("nan")}}])
+def test_a_body_written_in_chunks_is_the_json_record_byte_for_byte(
+    body: bytes, record: dict[str, object], capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    print("before", end=" ")  # text written before goes out before the line
+    out_json_with_body(record, body)
+    expected = "before " + to_json(record | json_body(body)) + "\n"
+    assert capsysbinary.readouterr().out == expected.encode()
+
+
+def test_a_big_body_that_is_not_utf_8_costs_its_line_not_many_copies_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    body = bytes(range(256)) * (4 << 12)  # 4 MiB, half of it not UTF-8
+    with open("/dev/null", "w") as null:  # not kept in memory
+        monkeypatch.setattr(sys, "stdout", null)
+        tracemalloc.start()
+        try:
+            out_json_with_body({"id": "x"}, body)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 8 * len(body), f"{peak / len(body):.1f} times the body"
