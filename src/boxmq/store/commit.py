@@ -47,7 +47,7 @@ from boxmq.forks import renew_in_children
 from boxmq.model import cheap_init
 from boxmq.store import libc
 from boxmq.store.fanout import send_through_pending
-from boxmq.store.layout import open_folder
+from boxmq.store.layout import open_folder, target_moved_aside
 from boxmq.store.records import flush_directories
 
 __all__ = [
@@ -156,12 +156,13 @@ class Move:
 
 def _raise_if_target_missing(copy: str) -> None:
     """A copy into `<subscription>/target/` found no folder: fine if the subscription is gone
-    (deleted: `remove_subscription` renames its whole folder away in one step); raised if
-    only its target/ is missing (an operator moved it aside, docs/operations.md "Disk
-    usage"), for the publication to fail and be sent again, not be dropped while the
-    subscription still exists."""
+    (deleted: `remove_subscription` renames its whole folder away in one step) or still being
+    made (another process subscribing right now: its folders come in State's order); raised
+    if only its target/ is missing from a subscription made whole (an operator moved it aside,
+    docs/operations.md "Disk usage"), for the publication to fail and be sent again, not be
+    dropped while the subscription still exists."""
     target = os.path.dirname(copy)
-    if os.path.lexists(os.path.dirname(target)):
+    if target_moved_aside(os.path.dirname(target)):
         raise FileNotFoundError(
             errno.ENOENT, "the subscription's target/ is missing (moved aside?)", target
         )

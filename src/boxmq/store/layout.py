@@ -97,25 +97,28 @@ def broken_target(path: str) -> str | None:
 
 
 def half_made(path: str) -> bool:
-    """Whether the folder `path` is there holding working/ at most: a queue whose making was
-    cut short (a put killed), to be finished, not refused. Dropbox makes working/ first, then
-    target/ (State's order), so a kill in between leaves working/ at most, while a queue made
-    whole keeps its processing/ and the rest (`target_moved_aside`)."""
+    """Whether the folder `path` is there with neither target/ nor processing/: a dropbox whose
+    making is not over (a put killed, a subscription being made by another process right now),
+    to be finished or left to its maker, not refused. Dropbox makes its folders in State's
+    order, working/, target/, then processing/ and the rest, so a dropbox made whole once keeps
+    its processing/ (`target_moved_aside`); a file beside them (`.owner`, `.subscription`) says
+    nothing either way."""
     entries = _entries(path)
-    return entries is not None and entries <= {State.WORKING.value}
+    return entries is not None and not entries & {State.TARGET.value, State.PROCESSING.value}
 
 
 def target_moved_aside(path: str) -> bool:
-    """Whether the queue folder `path` is there without its target/ (moved aside to be made
-    again, operations.md's "Disk usage": refused, a new one made there broke the operator's
-    `mkdir target`) and not merely half made (`half_made`: finished, as a put makes a queue).
-    A target/ that is a file is no moving aside (`broken_target`); no folder at `path` is a
-    queue to make."""
+    """Whether the dropbox folder `path` is there without its target/ though it was made whole
+    (its processing/ is there): target/ moved aside to be made again, operations.md's "Disk
+    usage", where a put is refused (a new one made there broke the operator's `mkdir target`)
+    and a fan-out fails for its publisher to send again. A dropbox still being made is
+    `half_made`; a target/ that is a file is no moving aside (`broken_target`); no folder at
+    `path` is a dropbox deleted, or one to make."""
     entries = _entries(path)
     return (
         entries is not None
         and State.TARGET.value not in entries
-        and not entries <= {State.WORKING.value}
+        and State.PROCESSING.value in entries
     )
 
 

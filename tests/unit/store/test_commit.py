@@ -565,7 +565,8 @@ def test_a_fan_out_to_one_dropbox_whose_target_was_moved_aside_fails(tmp_path: P
     moved it aside to recreate it): the publication fails, for its publisher to send again,
     rather than being dropped as for a deleted subscription."""
     (tmp_path / "staged").write_bytes(b"body")
-    (tmp_path / "sub" / "working").mkdir(parents=True)
+    for state in ("working", "processing"):  # made whole once: its processing/ is there
+        (tmp_path / "sub" / state).mkdir(parents=True)
     with pytest.raises(FileNotFoundError):
         Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
             [Move(str(tmp_path / "staged"), None, (str(tmp_path / "sub" / "target" / "m"),))]
@@ -576,7 +577,7 @@ def test_a_fan_out_to_one_dropbox_whose_target_was_moved_aside_fails(tmp_path: P
 def test_a_fan_out_to_a_dropbox_whose_target_was_moved_aside_fails_and_takes_back_its_copies(
     tmp_path: Path,
 ) -> None:
-    for name in ("a/target", "b/working", "gone"):
+    for name in ("a/target", "b/working", "b/processing", "gone"):
         (tmp_path / name).mkdir(parents=True)
     os.rmdir(tmp_path / "gone")
     (tmp_path / "staged").write_bytes(b"body")
@@ -587,3 +588,23 @@ def test_a_fan_out_to_a_dropbox_whose_target_was_moved_aside_fails_and_takes_bac
         )
     assert os.listdir(tmp_path / "a" / "target") == []
     assert (tmp_path / "staged").read_bytes() == b"body"
+
+
+@pytest.mark.parametrize("made", [(), ("working",), ("working", ".subscription")])
+def test_a_fan_out_to_a_dropbox_still_being_made_drops_its_copy_quietly(
+    tmp_path: Path, made: tuple[str, ...]
+) -> None:
+    """Another process subscribing right now makes the folder, then working/, then target/:
+    a copy finding the folder but no target/ yet is dropped, as for a subscription deleted
+    meanwhile (the publication listed an older one), not failed (test_processes' unsubscribe
+    loop met it: its publisher died of the refusal)."""
+    (tmp_path / "sub").mkdir()
+    for name in made:
+        path = tmp_path / "sub" / name
+        path.mkdir() if "." not in name else path.write_bytes(b"")
+    (tmp_path / "staged").write_bytes(b"body")
+    Committer(str(tmp_path), FsyncPolicy.NEVER).commit(
+        [Move(str(tmp_path / "staged"), None, (str(tmp_path / "sub" / "target" / "m"),))]
+    )
+    assert not (tmp_path / "staged").exists()
+    assert not (tmp_path / "sub" / "target").exists()
