@@ -797,8 +797,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--messages must be at least {2 * ROUND}")
     if args.size < TAG:
         parser.error(f"--size must be at least {TAG}: the head of a body names the message")
-    if importlib.util.find_spec("persistqueue") is None:
-        parser.error("persist-queue, the reference, is missing: run `make bench` once")
     plan = Plan.of(messages)
     every = _cases(plan)
     cases = _chosen(every, args.case)
@@ -807,6 +805,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unmatched:
         labels = "; ".join(case.label() for case in every)
         parser.error(f"no row's label holds {' or '.join(map(repr, unmatched))}: {labels}")
+    # After the arguments' own checks: a typo is said as such where the reference is missing.
+    if importlib.util.find_spec("persistqueue") is None:
+        parser.error("persist-queue, the reference, is missing: run `make bench` once")
     base = os.path.join(
         os.path.abspath(args.dir), f"store-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     )
