@@ -487,12 +487,10 @@ class RecordsUnlisted(BoxMQError):
     with (its sessions could be neither timed, ended nor taken on), and `session ls` says."""
 
     def __init__(self, folder: str, error: OSError) -> None:
-        name = errno.errorcode.get(error.errno or 0, "unknown error")
-        remedy = _UNLISTED_REMEDIES.get(error.errno or 0, "check the file system of the root")
         super().__init__(
-            f"the MQTT session records in {folder} cannot be listed: {name} ({error.strerror}); "
-            f"{remedy}. No persistent session is known until then (a record alone that cannot "
-            "be read only waits for its own session)"
+            f"the MQTT session records in {folder} cannot be listed: "
+            f"{_refusal(error, _UNLISTED_REMEDIES)}. No persistent session is known until then "
+            "(a record alone that cannot be read only waits for its own session)"
         )
 
 
@@ -501,12 +499,17 @@ class RecordUnreadable(BoxMQError):
     CLI says when it looks a subscriber name up (`record_named`)."""
 
     def __init__(self, path: str, error: OSError) -> None:
-        name = errno.errorcode.get(error.errno or 0, "unknown error")
-        remedy = _UNREADABLE_REMEDIES.get(error.errno or 0, "check the file system of the root")
         super().__init__(
-            f"the MQTT session record {path} cannot be read: {name} ({error.strerror}); "
-            f"{remedy}. It is left as it is"
+            f"the MQTT session record {path} cannot be read: "
+            f"{_refusal(error, _UNREADABLE_REMEDIES)}. It is left as it is"
         )
+
+
+def _refusal(error: OSError, remedies: dict[int, str]) -> str:
+    """What the file system said and what to do about it: `EIO (Input/output error); <remedy>`."""
+    name = errno.errorcode.get(error.errno or 0, "unknown error")
+    remedy = remedies.get(error.errno or 0, "check the file system of the root")
+    return f"{name} ({error.strerror}); {remedy}"
 
 
 _UNREADABLE_REMEDIES = {
