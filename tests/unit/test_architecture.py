@@ -12,16 +12,47 @@ import boxmq
 SRC = Path(boxmq.__file__).parent
 
 
+def _is_boxmq_module(name: str) -> bool:
+    """Whether `name` (dotted) is a module or package of boxmq's source."""
+    first, *rest = name.split(".")
+    path = SRC.joinpath(*rest)
+    return first == "boxmq" and (
+        path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    )
+
+
+def _imported(source: str, module: str) -> set[str]:
+    """The modules the module `module` (dotted, `boxmq.core.queue`) whose text is `source`
+    imports: `import x.y`'s x.y, `from x import y`'s x, and x.y too where y is a module of
+    boxmq (`from boxmq import store`), a relative `from ..x import y` read from `module`'s
+    package. Before, `from boxmq import store` counted as `boxmq` alone, and a relative
+    import as its bare tail (`..store` as `store`), so neither broke a layering rule."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.split(".")[: -node.level]
+                base = ".".join([*package, *([base] if base else [])])
+            names.add(base)
+            names.update(
+                f"{base}.{alias.name}"
+                for alias in node.names
+                if _is_boxmq_module(f"{base}.{alias.name}")
+            )
+    return names
+
+
 def _imports(package: str) -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for path in sorted((SRC / package).rglob("*.py")):
-        names: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                names.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names.add(node.module)
-        found[str(path.relative_to(SRC))] = names
+        parts = path.relative_to(SRC).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = (*parts[:-1], "__init__")  # its package is itself: `.x` is a sibling of it
+        module = ".".join(("boxmq", *parts))
+        found[str(path.relative_to(SRC))] = _imported(path.read_text(), module)
     return found
 
 
@@ -133,3 +164,37 @@ def test_mqtt_is_a_door_nothing_below_imports_it() -> None:
     for package in ("core", "store", "client", "spark", "xmpp"):
         assert _offenders(package, ("boxmq.mqtt", "boxmq.runtime", "boxmq.cli")) == []
     assert len(_imports("mqtt")) >= 8
+
+
+@pytest.mark.parametrize(
+    ("module", "statement", "forbidden"),
+    [
+        ("boxmq.core.queue", "from boxmq import store", "boxmq.store"),
+        ("boxmq.core.queue", "from boxmq import errors, mqtt", "boxmq.mqtt"),
+        ("boxmq.core.queue", "from .. import mqtt", "boxmq.mqtt"),
+        ("boxmq.core.queue", "from ..store import names", "boxmq.store"),
+        ("boxmq.core.queue", "from ..store.names import encode", "boxmq.store"),
+        ("boxmq.core.__init__", "from ..client import box", "boxmq.client"),
+        ("boxmq.core.queue", "from boxmq.store import dropbox", "boxmq.store"),
+        ("boxmq.core.queue", "import boxmq.runtime", "boxmq.runtime"),
+        ("boxmq.core.queue", "if True:\n    from boxmq import xmpp", "boxmq.xmpp"),
+    ],
+)
+def test_every_form_of_import_of_a_forbidden_module_is_seen(
+    module: str, statement: str, forbidden: str
+) -> None:
+    # The old reading saw only `from boxmq.store import dropbox` and `import boxmq.runtime`
+    # here: `from boxmq import store` was read as an import of `boxmq`, and a relative import
+    # as its bare tail (`store`, or nothing at all for `from .. import mqtt`).
+    names = _imported(statement, module)
+    assert any(name == forbidden or name.startswith(forbidden + ".") for name in names), names
+
+
+def test_a_name_imported_from_a_module_is_no_module() -> None:
+    # `from boxmq.errors import Conflict` imports boxmq.errors, not a module `Conflict`; and
+    # `from . import queue` in the core is the core's own.
+    assert _imported("from boxmq.errors import Conflict", "boxmq.core.queue") == {"boxmq.errors"}
+    assert _imported("from . import queue", "boxmq.core.dispatch") == {
+        "boxmq.core",
+        "boxmq.core.queue",
+    }
