@@ -979,6 +979,52 @@ def test_spark_md_s_shell_block_makes_what_its_example_reads_and_its_subscribe_p
     assert run(after[1]).splitlines() == [after[2]]
 
 
+def _shell_block(page: str, holding: str) -> str:
+    """The one shell block of docs/`page` whose text holds `holding`."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    blocks: list[str] = [b for b in _SHELL_BLOCK.findall(text) if holding in b]
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
+def _send_once(
+    folder: Path, block: str, *, taken: bool, flags: str
+) -> subprocess.CompletedProcess[str]:
+    """file-format.md's send-once block run by `sh -<flags>c` in `folder`, with `x` in
+    working/ and, if `taken`, a message already under the name it sends to."""
+    jobs = folder / "data" / "jobs"
+    for state in ("working", "target"):
+        (jobs / state).mkdir(parents=True, exist_ok=True)
+    for stale in (jobs / "target").iterdir():
+        stale.unlink()
+    (jobs / "working" / "x").write_text("tonight")
+    if taken:
+        (jobs / "target" / "4.nightly.T").write_text("yesterday")
+    return subprocess.run(
+        ["sh", f"-{flags}c", block], cwd=folder, capture_output=True, text=True, timeout=10
+    )
+
+
+@pytest.mark.parametrize("flags", ["", "e"])
+def test_file_format_md_s_send_once_block_fails_exactly_when_it_sent_nothing(
+    tmp_path: Path, flags: str
+) -> None:
+    """The block ended with `[ -e working/x ] && echo ...`: status 1 when the message went
+    (the test false), 0 when the name was taken and nothing went, so a script going on with
+    `&&` went on exactly when it should have stopped."""
+    block = _shell_block("file-format.md", "mv -n")
+    jobs = tmp_path / "data" / "jobs"
+    sent = _send_once(tmp_path, block, taken=False, flags=flags)
+    assert (sent.returncode, sent.stdout, sent.stderr) == (0, "", "")
+    assert os.listdir(jobs / "working") == []
+    assert (jobs / "target" / "4.nightly.T").read_text() == "tonight"
+    refused = _send_once(tmp_path, block, taken=True, flags=flags)
+    assert refused.returncode != 0
+    assert "4.nightly.T is taken in target/" in refused.stderr
+    assert (jobs / "target" / "4.nightly.T").read_text() == "yesterday"  # not replaced
+    assert (jobs / "working" / "x").read_text() == "tonight"  # to send under another name
+
+
 def _warnings_and_errors() -> Iterator[tuple[str, str]]:
     """(where, text) of each `log.warning`, `log.error`, `log.exception` and `log.critical`
     of boxmq's modules, from their source, its literal text: an f-string's or a %-format's
