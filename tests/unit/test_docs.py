@@ -24,6 +24,7 @@ import io
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -988,10 +989,10 @@ def _shell_block(page: str, holding: str) -> str:
 
 
 def _send_once(
-    folder: Path, block: str, *, taken: bool, flags: str
+    folder: Path, block: str, *, taken: bool, flags: str, path: str
 ) -> subprocess.CompletedProcess[str]:
-    """file-format.md's send-once block run by `sh -<flags>c` in `folder`, with `x` in
-    working/ and, if `taken`, a message already under the name it sends to."""
+    """file-format.md's send-once block run by `sh -<flags>c` in `folder` with PATH `path`,
+    with `x` in working/ and, if `taken`, a message already under the name it sends to."""
     jobs = folder / "data" / "jobs"
     for state in ("working", "target"):
         (jobs / state).mkdir(parents=True, exist_ok=True)
@@ -1001,25 +1002,52 @@ def _send_once(
     if taken:
         (jobs / "target" / "4.nightly.T").write_text("yesterday")
     return subprocess.run(
-        ["sh", f"-{flags}c", block], cwd=folder, capture_output=True, text=True, timeout=10
+        ["sh", f"-{flags}c", block],
+        cwd=folder,
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=10,
     )
 
 
+# GNU mv 9.2 to 9.4, whose `-n` exits 1 when it skips a taken name (up to 9.1, as on this
+# machine, and from 9.5 it exits 0): the machine's mv, then that status, as those versions
+# give it. Debian has no such coreutils to install beside the system's.
+_MV_9_2 = """#!/bin/sh
+{mv} "$@" || exit
+if [ "$1" = -n ] && [ -e "$2" ]; then
+    echo "mv: not replacing '$3'" >&2
+    exit 1
+fi
+"""
+
+
+@pytest.mark.parametrize("mv", ["this machine's", "coreutils 9.2 to 9.4"])
 @pytest.mark.parametrize("flags", ["", "e"])
 def test_file_format_md_s_send_once_block_fails_exactly_when_it_sent_nothing(
-    tmp_path: Path, flags: str
+    tmp_path: Path, flags: str, mv: str
 ) -> None:
     """The block ended with `[ -e working/x ] && echo ...`: status 1 when the message went
     (the test false), 0 when the name was taken and nothing went, so a script going on with
-    `&&` went on exactly when it should have stopped."""
+    `&&` went on exactly when it should have stopped. Under `set -e` with a coreutils whose
+    `mv -n` exits 1 when it skips, the block stopped at the mv, its message unsaid."""
+    path = os.environ["PATH"]
+    if mv != "this machine's":
+        real = shutil.which("mv")
+        assert real is not None
+        (tmp_path / "bin").mkdir()
+        (tmp_path / "bin" / "mv").write_text(_MV_9_2.format(mv=shlex.quote(real)))
+        (tmp_path / "bin" / "mv").chmod(0o755)
+        path = f"{tmp_path / 'bin'}{os.pathsep}{path}"
     block = _shell_block("file-format.md", "mv -n")
     jobs = tmp_path / "data" / "jobs"
-    sent = _send_once(tmp_path, block, taken=False, flags=flags)
+    sent = _send_once(tmp_path, block, taken=False, flags=flags, path=path)
     assert (sent.returncode, sent.stdout, sent.stderr) == (0, "", "")
     assert os.listdir(jobs / "working") == []
     assert (jobs / "target" / "4.nightly.T").read_text() == "tonight"
-    refused = _send_once(tmp_path, block, taken=True, flags=flags)
-    assert refused.returncode != 0
+    refused = _send_once(tmp_path, block, taken=True, flags=flags, path=path)
+    assert refused.returncode == 1
     assert "4.nightly.T is taken in target/" in refused.stderr
     assert (jobs / "target" / "4.nightly.T").read_text() == "yesterday"  # not replaced
     assert (jobs / "working" / "x").read_text() == "tonight"  # to send under another name
