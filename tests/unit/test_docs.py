@@ -192,6 +192,31 @@ def test_every_module_and_package_of_boxmq_is_in_development_md_s_layout() -> No
     assert [n for n in sorted(names) if not re.search(rf"(?<![\w/]){re.escape(n)}", layout)] == []
 
 
+# What development.md may name that is not in the repository: the project's design notes.
+_OUTSIDE = {"DESIGN.md"}
+_FILE_NAME = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|lua|toml|txt))\b")
+
+
+def test_every_file_development_md_names_is_there() -> None:
+    """It said test modules had unique basenames across tests/, when five are twice there
+    (test_records.py, test_topics.py, ...): each file it names is there, a path from the
+    repository's root or a bare name under src/boxmq or tests/, and the basename it says is
+    in two folders is in both."""
+    text = (DOCS / "development.md").read_text(encoding="utf-8")
+    named = set(_FILE_NAME.findall(text)) - _OUTSIDE
+    missing = [
+        name
+        for name in sorted(named)
+        if not (REPO / name).exists()
+        and not any(any((REPO / top).rglob(name)) for top in ("src/boxmq", "tests"))
+    ]
+    assert missing == []
+    assert len(named) > 40  # the names are read at all
+    twice = re.search(r"`(\w+\.py)` is in `([\w/]+)` and in\s+`([\w/]+)`", text)
+    assert twice is not None
+    assert all((REPO / folder / twice[1]).is_file() for folder in twice.groups()[1:])
+
+
 def _commands() -> dict[str, argparse.ArgumentParser]:
     parser = cli_parser.parser()
     (commands,) = [a for a in parser._actions if isinstance(a, cli_parser.Commands)]
