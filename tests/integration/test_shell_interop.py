@@ -827,3 +827,72 @@ def test_a_boxmq_consumer_that_loses_a_claim_to_a_script_quietly_takes_the_next(
     ]
     assert sorted(got + taken, key=int) == [str(n) for n in range(200)]
     assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
+HOLDER = "h" * 40  # the longest consumer name a lock suffix takes (docs/file-format.md)
+
+
+def _script_name(size: int, properties: str = "") -> str:
+    """A `4.<id>.T` name a script writes, `size` bytes long with its properties field."""
+    tail = f".T.....{properties}" if properties else ".T"
+    return f"4.{'L' * (size - 2 - len(tail))}{tail}"
+
+
+@pytest.mark.parametrize(
+    ("size", "properties", "delay", "after"),
+    [
+        (168, "", 0, "set aside"),  # over 167: no lock suffix fits
+        (167, "", 0, "metadata-full"),  # a lock fits, `.....bx_dcI=1` (13) does not
+        (155, "", 0, "metadata-full"),
+        (154, "", 0, "redelivered"),
+        (158, "kS=v", 0, "redelivered"),  # `&bx_dcI=1`: 9 bytes
+        (159, "kS=v", 0, "metadata-full"),
+        (133, "", 60, "redelivered"),  # a delay's `&bx_nbL=<13 digits>`: 21 more
+        (134, "", 60, "metadata-full"),
+        (137, "kS=v", 60, "redelivered"),
+        (138, "kS=v", 60, "metadata-full"),
+    ],
+)
+def test_a_script_s_long_name_is_delivered_up_to_167_bytes_and_again_where_its_count_fits(
+    manual_box: boxmq.Box,
+    root: Path,
+    clock: ManualClock,
+    size: int,
+    properties: str,
+    delay: float,
+    after: str,
+) -> None:
+    """docs/file-format.md, the 255-byte limit: the edges it gives, with real files."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"warm-up")  # creates the folders
+    warm = jobs.get()
+    assert warm is not None
+    warm.ack()
+    name = _script_name(size, properties)
+    assert len(name.encode()) == size
+    send(root, name, "long")
+    message = jobs.get(HOLDER)
+    if after == "set aside":
+        assert message is None
+        assert os.listdir(root / "jobs" / "error") == [name]
+        return
+    assert message is not None
+    assert message.body == b"long"
+    (locked,) = os.listdir(root / "jobs" / "processing")
+    assert f"@{HOLDER}@" in locked
+    assert len(locked.encode()) <= 255
+    if after == "metadata-full":
+        assert message.unlock(delay=delay) == "metadata-full"
+        (dead,) = os.listdir(root / "jobs" / "error")
+        assert dead.startswith(name)  # its own name, bx_whyS only where it fits
+        assert os.listdir(root / "jobs" / "target") == []
+        return
+    assert message.unlock(delay=delay) is None
+    (back,) = os.listdir(root / "jobs" / "target")
+    assert len(back.encode()) <= 167
+    assert "bx_dcI=1" in back
+    clock.advance(delay + 1)
+    again = jobs.get(HOLDER)
+    assert again is not None
+    assert (again.body, again.delivery_count) == (b"long", 2)
+    assert os.listdir(root / "jobs" / "error") == []
