@@ -193,6 +193,52 @@ def test_two_ready_messages_with_one_id_are_both_delivered(box: boxmq.Box, root:
     assert got == [b"high", b"low", b"warm-up"]
 
 
+def test_one_process_holds_one_message_of_an_id_at_a_time_whatever_their_priorities(
+    box: boxmq.Box, root: Path
+) -> None:
+    """docs/file-format.md said "a consumer holds one message of an id at a time": no other
+    consumer of the process gets the second either. Which goes first is not the higher
+    priority's: either does, by the order the process read them in (both orders were seen
+    here, so neither is asserted)."""
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up")
+    first = jobs.get()
+    assert first is not None
+    first.ack()
+    send(root, "4.same.T", "low")
+    send(root, "7.same.T", "high")
+    with jobs.consumer("w1") as one, jobs.consumer("w2") as two:
+        held = one.receive(timeout=5)
+        assert held is not None
+        assert two.receive(timeout=0.5) is None  # the other is ready, and not for anyone here
+        assert one.receive(timeout=0.2) is None
+        held.ack()
+        other = two.receive(timeout=5)
+        assert other is not None
+        other.ack()
+    assert sorted([held.body, other.body]) == [b"high", b"low"]
+    assert {held.id, other.id} == {"same"}
+
+
+def test_two_processes_may_hold_both_and_a_settle_by_id_takes_one_of_them(
+    box: boxmq.Box, root: Path
+) -> None:
+    jobs = box.queue("jobs")
+    jobs.put(b"warm-up")
+    warm = jobs.get()
+    assert warm is not None
+    warm.ack()
+    send(root, "4.same.T", "low")
+    send(root, "7.same.T", "high")
+    taken = [cli_get(root), cli_get(root)]  # two `boxmq get` processes hold both at once
+    assert sorted(got["body"] for got in taken if got is not None) == ["high", "low"]
+    jobs.ack("same")  # as `boxmq ack jobs same`
+    processing = root / "jobs" / "processing"
+    (left,) = [processing / name for name in os.listdir(processing)]
+    processed = {p.read_bytes() for p in (root / "jobs" / "processed").iterdir()}
+    assert processed - {b"warm-up"} == {b"high", b"low"} - {left.read_bytes()}
+
+
 STRAYS = {
     "4.folder.T": "mkdir jobs/target/4.folder.T",
     "4.pipe.T": "mkfifo jobs/target/4.pipe.T",
