@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -942,3 +943,86 @@ def test_a_script_s_long_name_is_delivered_up_to_167_bytes_and_again_where_its_c
     assert again is not None
     assert (again.body, again.delivery_count) == (b"long", 2)
     assert os.listdir(root / "jobs" / "error") == []
+
+
+# docs/file-format.md's move of a lock back by hand, as the page writes it.
+MOVE_BACK = next(
+    line.strip()
+    for line in (Path(__file__).parents[2] / "docs" / "file-format.md").read_text().splitlines()
+    if line.strip().startswith('mv -n "data/jobs/processing/$f"')
+)
+
+
+def _move_back(root: Path, folder: str, name: str, *, cut: bool = False) -> None:
+    """The page's move of `folder`/`name` back to target/ by a script (its lock suffix cut
+    if `cut`, else under the same name)."""
+    assert MOVE_BACK == 'mv -n "data/jobs/processing/$f" "data/jobs/target/${f%@*@*@*}" || :'
+    command = MOVE_BACK.replace("/processing/", f"/{folder}/")
+    if not cut:
+        command = command.replace("${f%@*@*@*}", "$f")
+    sh(f"f={shlex.quote(name)}; {command}", root.parent)
+    assert name not in os.listdir(root / "jobs" / folder)
+
+
+def test_a_dead_letter_moved_back_by_hand_keeps_its_count_and_metadata(root: Path) -> None:
+    """docs/file-format.md, moving a message back by hand: from error/ under its own name, its
+    count goes on (a max-deliveries one gets one delivery more), where a requeue starts it
+    again."""
+    with boxmq.open(root, fsync="never", max_deliveries=2) as box:
+        jobs = box.queue("jobs")
+        jobs.put(b"poison", priority=6, properties={"k": "v"})
+        for _ in range(2):
+            message = jobs.get("w")
+            assert message is not None
+            unlocked = message.unlock()
+        assert unlocked == "max-deliveries"
+        (dead,) = os.listdir(root / "jobs" / "error")
+        _move_back(root, "error", dead)
+        again = jobs.get("w")
+        assert again is not None
+        assert (again.delivery_count, again.priority, again.properties) == (3, 6, {"k": "v"})
+        assert again.unlock() == "max-deliveries"  # at once: its count went on
+        assert jobs.requeue() == 1
+        fresh = jobs.get("w")
+        assert fresh is not None
+        assert fresh.delivery_count == 1  # a requeue starts it again
+        fresh.ack()
+
+
+def test_a_lock_moved_back_by_hand_needs_its_suffix_cut(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock
+) -> None:
+    """From processing/: cut with ${f%@*@*@*}, the message comes back as it was (the delivery
+    not counted) and its old holder's settle is refused; moved with its suffix, the suffix is
+    read as part of the name's last field: a string property's value, or else a name not in
+    the encoding, the whole of it its id and its metadata lost."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"cut", priority=6, properties={"k": "v"})
+    jobs.put(b"string", priority=5, properties={"k": "w"})
+    jobs.put(b"bytes", priority=3)
+    held = [jobs.get("worker-1", lock_timeout=1) for _ in range(3)]
+    assert [m.body for m in held if m is not None] == [b"cut", b"string", b"bytes"]
+    clock.advance(2)  # the holder is gone: its deadline passed, no sweep has run
+    locked = {
+        m.body: next(n for n in os.listdir(root / "jobs" / "processing") if m.id in n)
+        for m in held
+        if m is not None
+    }
+    _move_back(root, "processing", locked[b"cut"], cut=True)
+    _move_back(root, "processing", locked[b"string"])
+    _move_back(root, "processing", locked[b"bytes"])
+    back = [jobs.get("worker-2") for _ in range(3)]
+    got = {m.body: m for m in back if m is not None}
+    cut = got[b"cut"]
+    assert (cut.id, cut.delivery_count, cut.priority, cut.properties) == (
+        held[0].id if held[0] is not None else None,
+        1,
+        6,
+        {"k": "v"},
+    )
+    suffix = locked[b"string"].partition("@")[2]
+    assert (got[b"string"].priority, got[b"string"].properties) == (5, {"k": f"w@{suffix}"})
+    assert (got[b"bytes"].id, got[b"bytes"].priority) == (locked[b"bytes"], 4)  # the default
+    assert held[0] is not None
+    with pytest.raises(boxmq.BoxMQError):
+        held[0].ack()
