@@ -380,8 +380,7 @@ def _refuse_publish_options(pubsub: Element) -> None:
     field but its FORM_TYPE and labels, or cancelled), read as every other form is. A form
     that cannot be read (of another FORM_TYPE, a field given twice) asks something all the
     same, and is refused the same way."""
-    options = pubsub.find(_PUBLISH_OPTIONS)
-    form = options.find(_FORM) if options is not None else None
+    form = _form_in(pubsub.find(_PUBLISH_OPTIONS))
     try:
         asked = submitted(form, ns.PUBLISH_OPTIONS)
     except FormError as error:
@@ -458,9 +457,8 @@ def _options(pubsub: Element) -> dict[str, str] | None:
     invalid group of options (XEP-0060 §6.3, form processing failure), and so is one with a
     field no subscription here honours (subscribe_options.py): refused here alone, before
     anything is subscribed or changed, for one value as for several."""
-    element = pubsub.find(ns.tag(ns.PUBSUB, "options"))
+    form = _form_in(pubsub.find(ns.tag(ns.PUBSUB, "options")))
     try:
-        form = element.find(_FORM) if element is not None else None
         options = submitted(form, ns.SUBSCRIBE_OPTIONS)
     except SeveralValues as error:
         refuse_unserved_values(error.var, error.values)  # the field's own reason, if it has one
@@ -472,13 +470,28 @@ def _options(pubsub: Element) -> dict[str, str] | None:
     return options
 
 
+def _form_in(element: Element | None) -> Element | None:
+    """The one data form a subscribe's <options/>, a configure's <configure/> or a publish's
+    <publish-options/> carries; None if it carries none. Two were refused for neither: the
+    first was read and the other dropped without a word, so a publish whose second form
+    asked for an access model was stored where its publisher forbade it. A malformed
+    request whatever the forms say (bad-request), before either is read."""
+    if element is None:
+        return None
+    forms = element.findall(_FORM)
+    if len(forms) > 1:
+        name = element.tag.rsplit("}", 1)[-1]
+        raise StanzaError(BAD_REQUEST, f"<{name}/> carries {len(forms)} data forms: send one")
+    return forms[0] if forms else None
+
+
 def _config(configure: Element | None) -> dict[str, str]:
     """A submitted node_config form's fields; {} if there is none, or it is of type 'cancel'
     (XEP-0060 §8.2.4). A form that does not say one thing per field, or is of another
     FORM_TYPE, is one the service cannot apply (XEP-0060 §8.2.5), as a field asking for another
     setting is (service._refuse_config)."""
+    form = _form_in(configure)
     try:
-        form = configure.find(_FORM) if configure is not None else None
         return submitted(form, ns.NODE_CONFIG) or {}
     except SeveralValues as error:
         # XEP-0060's own form sends pubsub#roster_groups_allowed so: "it takes one" would

@@ -257,3 +257,35 @@ def test_a_form_without_form_type_is_read_as_the_expected_kind() -> None:
     assert _config(form) == {"pubsub#queue_requests": "3"}
     _add(form, var="FORM_TYPE", ftype="hidden")
     assert _options(form) == {"pubsub#queue_requests": "3"}
+
+
+def test_two_forms_in_one_request_are_refused_bad_request_not_one_taken() -> None:
+    """A subscribe's <options/>, a configure's <configure/> and a publish's
+    <publish-options/> each carry one form. With two, the first was read and the second
+    dropped without a word: a publish whose second form asked for an access model was
+    stored where its publisher forbade it, a subscribe granted the first form's options."""
+    asked = _submitted(("pubsub#queue_requests", "3"))
+    other = _submitted(("pubsub#queue_requests", "7"))
+    refused = ("modify", "bad-request", None)
+    assert _options(f"{asked}{other}") == refused
+    assert _config(f"{_submitted()}{_submitted()}") == refused
+    access = str(_submitted(("pubsub#access_model", "whitelist"))).replace(
+        _FORM_TYPE, ns.PUBLISH_OPTIONS
+    )
+    blank = str(_submitted()).replace(_FORM_TYPE, ns.PUBLISH_OPTIONS)
+    publish = (
+        f"<pubsub xmlns='{ns.PUBSUB}'><publish node='jobs'><item><job xmlns='urn:e'/></item>"
+        "</publish><publish-options>{}</publish-options></pubsub>"
+    )
+    assert _request(publish.format(blank + access)) == refused
+    assert _request(publish.format(blank + blank)) == refused
+    # what the refusal says, for the one who sent it
+    iq = ET.fromstring(
+        "<iq xmlns='jabber:component:accept' type='set' id='1' from='alice@localhost/r'"
+        f" to='pubsub.localhost'><pubsub xmlns='{ns.PUBSUB}'><subscribe node='jobs'"
+        f" jid='alice@localhost'/><options>{asked}{other}</options></pubsub></iq>"
+    )
+    with pytest.raises(StanzaError, match="<options/> carries 2 data forms: send one"):
+        parse_request(parse_iq(iq))
+    # one form, and things beside it that are no form, are read as before
+    assert _options(f"{asked}<note xmlns='urn:e'/>") == {"pubsub#queue_requests": "3"}
