@@ -36,15 +36,25 @@ def run(scenario: Coroutine[Any, Any, None]) -> None:
 
 
 def _serve(
-    prosody: Prosody, data: Path, secret: str = SECRET, *more: str, fsync: str = "never"
+    prosody: Prosody,
+    data: Path,
+    secret: str = SECRET,
+    *more: str,
+    fsync: str = "never",
+    component: str = SERVICE,
 ) -> subprocess.Popen[str]:
-    return _serve_at(prosody.component_port, data, secret, *more, fsync=fsync)
+    return _serve_at(prosody.component_port, data, secret, *more, fsync=fsync, component=component)
 
 
 def _serve_at(
-    port: int, data: Path, secret: str = SECRET, *more: str, fsync: str = "never"
+    port: int,
+    data: Path,
+    secret: str = SECRET,
+    *more: str,
+    fsync: str = "never",
+    component: str = SERVICE,
 ) -> subprocess.Popen[str]:
-    """`boxmq serve` of the XMPP component alone, on the Prosody at `port`."""
+    """`boxmq serve` of the XMPP component `component` alone, on the Prosody at `port`."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -57,7 +67,7 @@ def _serve_at(
             "serve",
             "--no-mqtt",
             "--xmpp-component",
-            SERVICE,
+            component,
             "--xmpp-server",
             f"127.0.0.1:{port}",
             *more,
@@ -186,6 +196,32 @@ def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
     assert "not-authorized" in refused[-1]
     assert "component_secret" in refused[-1]
     assert "BOXMQ_XMPP_SECRET" in refused[-1]
+
+
+def test_a_component_the_server_does_not_know_stops_serve_saying_what_to_fix(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    # docs/xmpp.md: a name the server has no Component section for is refused with
+    # host-unknown, final as a wrong secret is: retried, it would be refused each time.
+    # Prosody's text ("... does not match any configured external components") names
+    # neither the condition nor where the name comes from on boxmq's side.
+    process = _serve(prosody, tmp_path / "data", component="elsewhere.localhost")
+    try:
+        output, _ = process.communicate(timeout=30)
+    finally:
+        kill(process)
+    assert process.returncode == 1, output
+    assert "Traceback" not in output, output
+    refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
+    assert refused, output
+    assert refused[-1].startswith(
+        "boxmq serve: the XMPP server refused component elsewhere.localhost: "
+    ), refused[-1]
+    assert "host-unknown" in refused[-1]
+    assert 'Component "elsewhere.localhost"' in refused[-1]
+    assert "--xmpp-component" in refused[-1]
+    # refused once, not retried until someone stops it
+    assert prosody.log().count("elsewhere.localhost does not match any configured") == 1
 
 
 def _served_across_a_kill(

@@ -5,9 +5,10 @@ elements (iq, unavailable presence, messages), the service answers with XML text
 straight to the transport. Deliveries are taken on the loop (no thread per subscriber): once
 after each batch of stanzas, and on the one timer task, which also runs lock timeouts and QoS
 retries. A lost connection is retried with back-off. A refusal by the server (a second
-instance with this name: conflict, or a wrong secret: not-authorized) is final:
-`run_component` raises ComponentRefused, as it does at once for a second process serving
-this name from the same root (a flock: records.hold_component).
+instance with this name: conflict, a wrong secret: not-authorized, a name it has no
+component of: host-unknown) is final: `run_component` raises ComponentRefused, as it does
+at once for a second process serving this name from the same root (a flock:
+records.hold_component).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ _FINAL_STREAM_ERRORS = {"conflict", "not-authorized", "host-unknown", "invalid-n
 
 
 class ComponentRefused(BoxMQError):
-    """The XMPP server will not take this component (name taken, wrong secret), or another
-    process serves it from this root."""
+    """The XMPP server will not take this component (name taken, wrong secret, a name it
+    does not serve), or another process serves it from this root."""
 
 
 class QueueComponent(ComponentXMPP):
@@ -173,6 +174,15 @@ class QueueComponent(ComponentXMPP):
                     " (not-authorized: the secret differs from the server's component_secret "
                     "for this component; check $BOXMQ_XMPP_SECRET, --xmpp-secret-file or "
                     "--xmpp-secret)"
+                )
+            elif condition == "host-unknown":
+                # Prosody's text ("... does not match any configured external components")
+                # says neither where the name is configured nor where it comes from here.
+                self.refused += (
+                    f" (host-unknown: the server serves no component {self.domain}; add "
+                    f'Component "{self.domain}" with its component_secret to its '
+                    "configuration and reload or restart it, or give --xmpp-component the name "
+                    "configured there)"
                 )
             log.error("%s", self.refused)
 
