@@ -640,3 +640,54 @@ def test_qos_messages_to_a_topic_node_no_subscription_matches_are_answered_and_d
     assert "weather" not in box.queues()  # published to the topic, not taken for a queue
     kept = [p for p in Path(box.root).rglob("*") if p.is_file() and b"<body>" in p.read_bytes()]
     assert kept == []  # dropped: no subscription matched
+
+
+async def _raw_reply(user: Client, xml: str, iq_id: str, *, wait: float) -> ET.Element | None:
+    """Send `xml` as written (slixmpp would escape each `'` or `>`: the test sends what any
+    client may), then the answer to iq `iq_id`; None if none came within `wait` s
+    (`_raw_request` for one that must be answered)."""
+    answered: asyncio.Future[ET.Element] = asyncio.get_running_loop().create_future()
+
+    def take(stanza: Any) -> None:
+        if not answered.done():
+            answered.set_result(stanza.xml)
+
+    user.register_handler(Callback("raw answer", MatcherId(iq_id), take))
+    user.send_raw(xml)
+    try:
+        return await asyncio.wait_for(answered, wait)
+    except TimeoutError:
+        return None
+    finally:
+        user.remove_handler("raw answer")
+
+
+def test_an_answer_past_the_servers_stanza_limit_is_never_sent(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # What a client sends within its own limit (256 KiB) grew past the component's (512
+    # KiB) on the way back: an error echoing 200,000 quotes as `&apos;` (1.2 MB). Prosody
+    # ended the component's stream (everyone's notifications in flight with it) and the
+    # sender heard nothing. Now the error goes without its echo.
+    async def scenario() -> None:
+        async with component(prosody, box) as running, clients(prosody, "alice") as [alice]:
+            dropped: list[object] = []
+            running.add_event_handler("disconnected", dropped.append)
+            big = "'" * 200_000
+            echoed = await _raw_reply(
+                alice,
+                f"<iq type='get' id='big' to='{SERVICE}'><big xmlns='urn:e'>{big}</big></iq>",
+                "big",
+                wait=10.0,
+            )
+            assert echoed is not None, "no answer"
+            assert echoed.get("type") == "error", ET.tostring(echoed)
+            unavailable = "{urn:ietf:params:xml:ns:xmpp-stanzas}service-unavailable"
+            assert echoed.find(f".//{unavailable}") is not None, ET.tostring(echoed)
+            assert echoed.find("{urn:e}big") is None
+            disco = f"<query xmlns='{ns.DISCO_INFO}'/>"
+            assert (await alice.request(disco, type="get")).get("type") == "result"
+            assert dropped == []  # the component's stream was never ended
+            assert running.connected.is_set()
+
+    run(scenario())

@@ -144,6 +144,11 @@ _NODE_EXISTS: Final = Condition("cancel", "conflict")
 _FORBIDDEN: Final = Condition("auth", "forbidden")
 _NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
+# A result that would pass the stanza size limit: what it says cannot be cut (_send_answer)
+_ANSWER_TOO_BIG: Final = Condition("cancel", "resource-constraint")
+# Characters of an error's text kept when even the error without its echo would not fit: at
+# most 6 bytes each escaped, well within the room ENVELOPE leaves beside the iq's envelope.
+_TEXT_KEPT: Final = 1000
 # Messages whose refusal is not answered: a headline asks no reply (RFC 6121 §5.2.2), and a
 # groupchat comes from a room, which would hand an error to every occupant, or send it back.
 _UNANSWERED: Final = frozenset({"headline", "groupchat"})
@@ -196,6 +201,7 @@ class QueueService:
         self._stanza_size_limit = stanza_size_limit
         self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
         self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
+        self._stanza_surely_fits = stanza_size_limit // 4  # characters, as above
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -207,7 +213,7 @@ class QueueService:
             # subscribe served then (a client that subscribes again at its notice, as the
             # docs say) was answered 'subscribed' by a component about to exit. Answered as
             # the server answers while no component is connected: try again.
-            self._send(render.error(iq, STOPPING, text="the component is stopping"))
+            self._send_error(iq, STOPPING, text="the component is stopping")
             return
 
         def answer() -> str | None:
@@ -223,12 +229,56 @@ class QueueService:
 
         def sent() -> None:
             if (reply := answer()) is not None:
-                self._send(reply)
+                self._send_answer(iq, reply)
 
-        refused = self._refusal(sent, "answering %s from %s", iq.id, iq.sender)
+        refused = self._refusal(sent, "answering %.80s from %s", iq.id, iq.sender)
         if refused is not None:
             condition, text, inner = refused
-            self._send(render.error(iq, condition, text=text, inner=inner))
+            self._send_error(iq, condition, text=text, inner=inner)
+
+    def _send_error(
+        self, iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None
+    ) -> None:
+        """Refuse `iq`: the error echoes the request (or carries `inner`), within the limit."""
+        error = render.error(iq, condition, text=text, inner=inner)
+        self._send_answer(iq, error, refused=(condition, text))
+
+    def _send_answer(
+        self, iq: Iq, answer: str, *, refused: tuple[Condition, str] | None = None
+    ) -> None:
+        """Send `answer` to `iq`: the one size check of every iq answer, where it is built.
+        A stanza past the server's limit for the component ends the component's stream,
+        everyone's notifications in flight with it; what a client sends may grow on the way
+        back (a `'` it writes as one byte is `&apos;` in an echo). An error over the limit
+        (`refused`: its condition and text) goes without its echo of the request, a MAY
+        (RFC 6120 §8.3.1), its text cut if even then it would not fit; a result over it,
+        which cannot be cut without saying something else, as resource-constraint."""
+        if len(answer) <= self._stanza_surely_fits:
+            self._send(answer)
+            return
+        size = len(answer.encode())
+        if size <= self._stanza_size_limit:
+            self._send(answer)
+            return
+        condition, text = refused or (
+            _ANSWER_TOO_BIG,
+            f"the answer would be {size} bytes, over the {self._stanza_size_limit} a stanza "
+            "from this service may carry",
+        )
+        smaller = render.error(iq, condition, text=text, inner="")
+        if len(smaller.encode()) > self._stanza_size_limit:
+            smaller = render.error(iq, condition, text=text[:_TEXT_KEPT] + "...", inner="")
+        log.info(
+            "the answer to iq %.80s from %s would be %d bytes, over the stanza size limit "
+            "(%d): sent as %s without %s",
+            iq.id,
+            iq.sender,
+            size,
+            self._stanza_size_limit,
+            condition.name,
+            "the request echoed" if refused else "the result",
+        )
+        self._send(smaller)
 
     def _refusal(self, act: Callable[[], None], doing: str, *args: object) -> _Refused | None:
         """Do `act`; None if it went through, else what its sender is told: the condition and
@@ -540,7 +590,7 @@ class QueueService:
                     self._refuse_unstored([iq for iq, _ in pending], error)
                     continue
                 for iq, _ in pending:
-                    self._send(render.error(iq, condition_for(error), text=str(error)))
+                    self._send_error(iq, condition_for(error), text=str(error))
                 continue
             except OSError as error:  # nothing of the batch was kept (Queue.put_many)
                 self._refuse_unstored([iq for iq, _ in pending], store_failure(error))
@@ -548,10 +598,10 @@ class QueueService:
             except Exception:  # a bug must cost these requests, never the stream
                 log.exception("publishing %d item(s) to %s", len(pending), node)
                 for iq, _ in pending:
-                    self._send(render.error(iq, INTERNAL))
+                    self._send_error(iq, INTERNAL)
                 continue
             for (iq, _), item_id in zip(pending, ids, strict=True):
-                self._send(_published(iq, node, item_id))
+                self._send_answer(iq, _published(iq, node, item_id))
         self._log_store_failures()
 
     def _refuse_unstored(self, iqs: list[Iq], error: StoreFailed) -> None:
@@ -559,7 +609,7 @@ class QueueService:
         the sender may try again later (RFC 6120 §8.3.2)."""
         condition = condition_for(error)
         for iq in iqs:
-            self._send(render.error(iq, condition, text=str(error)))
+            self._send_error(iq, condition, text=str(error))
         self._store_failures += [error] * len(iqs)
 
     def _log_store_failures(self) -> None:

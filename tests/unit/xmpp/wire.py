@@ -10,6 +10,7 @@ from xml.etree import ElementTree as ET
 import boxmq
 from boxmq.xmpp import ns
 from boxmq.xmpp.service import QueueService
+from boxmq.xmpp.settings import STANZA_SIZE_LIMIT
 
 SERVICE = "queue.localhost"
 ALICE = "alice@localhost/a"
@@ -33,10 +34,16 @@ class Wire:
         lock_timeout: float = 30.0,
         domain: str = SERVICE,
         now: Callable[[], float] = time.time,
+        stanza_size_limit: int = STANZA_SIZE_LIMIT,
     ) -> None:
         self.sent: list[str] = []
         self.service = QueueService(
-            box, domain=domain, send=self.sent.append, lock_timeout=lock_timeout, now=now
+            box,
+            domain=domain,
+            send=self.sent.append,
+            lock_timeout=lock_timeout,
+            now=now,
+            stanza_size_limit=stanza_size_limit,
         )
         self._n = 0
         self._backlog: list[ET.Element] = []

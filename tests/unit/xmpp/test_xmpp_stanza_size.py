@@ -1,0 +1,76 @@
+"""Answers to iqs within the server's stanza size limit for the component (no server).
+
+A stanza from the component over Prosody's component_stanza_size_limit (512 KiB by default)
+ends the component's stream, every subscriber's notifications in flight with it. What a
+client sends can grow on the way back: a `'` it writes as one byte the echo writes `&apos;`
+(six), a `>` in an attribute `&gt;` (four), so a request within the client's own limit
+(256 KiB) could be answered with a stanza past the component's.
+"""
+
+from __future__ import annotations
+
+from xml.etree import ElementTree as ET
+
+from tests.unit.xmpp.wire import (
+    ALICE,
+    PS,
+    SERVICE,
+    Wire,
+    condition,
+    error_text,
+    in_stream,
+)
+
+from boxmq.xmpp import ns
+from boxmq.xmpp.settings import STANZA_SIZE_LIMIT
+
+
+def _sent(wire: Wire, xml: str) -> list[str]:
+    """The stanzas the service sends for one stanza from the server, as written."""
+    wire.service.iq(in_stream(xml))
+    wire.service.flush()  # as the component does after each batch of stanzas
+    sent, wire.sent[:] = list(wire.sent), []
+    return sent
+
+
+def _one_reply(wire: Wire, xml: str) -> tuple[ET.Element, int]:
+    """The one stanza sent for `xml`, and its size in bytes as it goes out."""
+    [reply] = _sent(wire, xml)
+    return in_stream(reply), len(reply.encode())
+
+
+def test_an_error_whose_echo_would_pass_the_stanza_limit_is_sent_without_it(wire: Wire) -> None:
+    # 100,000 quotes in, 600,000 bytes echoed: Prosody ended the component's stream
+    big = "'" * 100_000
+    reply, size = _one_reply(
+        wire,
+        f"<iq type='get' id='e1' from='{ALICE}' to='{SERVICE}'><big xmlns='urn:e'>{big}</big></iq>",
+    )
+    assert size <= STANZA_SIZE_LIMIT
+    assert condition(reply) == ("cancel", "service-unavailable")
+    assert error_text(reply) == "{urn:e}big is not served here"
+    assert reply.find("{urn:e}big") is None  # RFC 6120 §8.3.1: the echo is a MAY
+    # one that fits is echoed as before
+    reply, _ = _one_reply(
+        wire,
+        f"<iq type='get' id='e2' from='{ALICE}' to='{SERVICE}'><big xmlns='urn:e'>''</big></iq>",
+    )
+    assert condition(reply) == ("cancel", "service-unavailable")
+    assert reply.findtext("{urn:e}big") == "''"
+
+
+def test_an_error_whose_text_too_would_pass_the_limit_is_sent_with_its_text_cut(
+    wire: Wire,
+) -> None:
+    # a retract of an item no one holds, its id in the echo and in the error's text
+    item = ">" * 150_000
+    reply, size = _one_reply(
+        wire,
+        f"<iq type='set' id='r1' from='{ALICE}' to='{SERVICE}'><pubsub xmlns='{PS}'>"
+        f"<retract node='jobs'><item id='{item}'/></retract></pubsub></iq>",
+    )
+    assert size <= STANZA_SIZE_LIMIT
+    assert condition(reply) == ("cancel", "item-not-found")
+    assert reply.find(ns.tag(ns.PUBSUB, "pubsub")) is None
+    assert error_text(reply).startswith(">>>")
+    assert error_text(reply).endswith("...")
