@@ -666,9 +666,10 @@ def test_an_answer_past_the_servers_stanza_limit_is_never_sent(
     prosody: Prosody, box: boxmq.Box
 ) -> None:
     # What a client sends within its own limit (256 KiB) grew past the component's (512
-    # KiB) on the way back: an error echoing 200,000 quotes as `&apos;` (1.2 MB). Prosody
-    # ended the component's stream (everyone's notifications in flight with it) and the
-    # sender heard nothing. Now the error goes without its echo.
+    # KiB) on the way back: an error echoing 200,000 quotes as `&apos;` (1.2 MB), a result
+    # carrying back an id of 150,000 `>` as `&gt;` (600 kB). Prosody ended the component's
+    # stream at each (everyone's notifications in flight with it) and the sender heard
+    # nothing. Now the error goes without its echo, and the iq no answer fits is not served.
     async def scenario() -> None:
         async with component(prosody, box) as running, clients(prosody, "alice") as [alice]:
             dropped: list[object] = []
@@ -685,7 +686,12 @@ def test_an_answer_past_the_servers_stanza_limit_is_never_sent(
             unavailable = "{urn:ietf:params:xml:ns:xmpp-stanzas}service-unavailable"
             assert echoed.find(f".//{unavailable}") is not None, ET.tostring(echoed)
             assert echoed.find("{urn:e}big") is None
+            huge = ">" * 150_000
             disco = f"<query xmlns='{ns.DISCO_INFO}'/>"
+            unserved = await _raw_reply(
+                alice, f"<iq type='get' id='{huge}' to='{SERVICE}'>{disco}</iq>", huge, wait=2.0
+            )
+            assert unserved is None
             assert (await alice.request(disco, type="get")).get("type") == "result"
             assert dropped == []  # the component's stream was never ended
             assert running.connected.is_set()

@@ -202,12 +202,20 @@ class QueueService:
         self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
         self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
         self._stanza_surely_fits = stanza_size_limit // 4  # characters, as above
+        # An iq whose envelope alone (id, addresses: 6 bytes a character at most, `&quot;`)
+        # could leave less than ENVELOPE for an answer's error is measured before it is
+        # served (iq); any other is answered within the limit (_send_answer).
+        self._surely_answerable = (stanza_size_limit - ENVELOPE) // 6
 
     # -- what the component feeds in -------------------------------------------------------------
 
     def iq(self, element: Element) -> None:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
+        if len(iq.id) + len(iq.sender) + len(iq.to) > self._surely_answerable and (
+            self._unanswerable(iq)
+        ):
+            return
         if self._closed:
             # The stream lasts a moment after the close (until the server's </stream>): a
             # subscribe served then (a client that subscribes again at its notice, as the
@@ -236,6 +244,33 @@ class QueueService:
             condition, text, inner = refused
             self._send_error(iq, condition, text=text, inner=inner)
 
+    def _unanswerable(self, iq: Iq) -> bool:
+        """Whether `iq` leaves no room for an answer: its id (and addresses), which every
+        answer carries back (RFC 6120 §8.1.3), written in an empty result come near the
+        stanza size limit. Such an iq is not served, and is logged: its result or error
+        would pass the limit and end the component's stream (a `>` a client writes as one
+        byte in an attribute is `&gt;` in the answer), and served unanswered, a publish
+        would be stored for a publisher told nothing."""
+        size = len(render.result(iq).encode())
+        if size <= self._stanza_size_limit - ENVELOPE:
+            return False
+        log.warning(
+            "an iq from %s with an id of %d characters not served: its answer would be %d "
+            "bytes at least, over the %d a stanza from this component may carry",
+            iq.sender,
+            len(iq.id),
+            size,
+            self._stanza_size_limit,
+        )
+        return True
+
+    def _over_limit(self, stanza: str) -> int:
+        """The size in bytes of `stanza` if it would pass the stanza size limit, else 0."""
+        if len(stanza) <= self._stanza_surely_fits:
+            return 0
+        size = len(stanza.encode())
+        return size if size > self._stanza_size_limit else 0
+
     def _send_error(
         self, iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None
     ) -> None:
@@ -253,11 +288,8 @@ class QueueService:
         (`refused`: its condition and text) goes without its echo of the request, a MAY
         (RFC 6120 §8.3.1), its text cut if even then it would not fit; a result over it,
         which cannot be cut without saying something else, as resource-constraint."""
-        if len(answer) <= self._stanza_surely_fits:
-            self._send(answer)
-            return
-        size = len(answer.encode())
-        if size <= self._stanza_size_limit:
+        size = self._over_limit(answer)
+        if not size:
             self._send(answer)
             return
         condition, text = refused or (
@@ -345,9 +377,18 @@ class QueueService:
                 text,
             )
             return
-        self._send(
-            render.message_error(message.id, message.sender, message.to, condition, text=text)
-        )
+        error = render.message_error(message.id, message.sender, message.to, condition, text=text)
+        if size := self._over_limit(error):  # its id mirrored (RFC 6120 §8.3), or the text
+            log.warning(
+                "a message from %s refused (%s) not answered: its error would be %d bytes, "
+                "over the %d a stanza from this component may carry",
+                message.sender,
+                condition.name,
+                size,
+                self._stanza_size_limit,
+            )
+            return
+        self._send(error)
 
     def _delivered(self, subscription: Subscription, message: Message) -> None:
         """A message the subscription's consumer locked for it: notify (XEP-0254 §2.2)."""

@@ -9,10 +9,13 @@ client sends can grow on the way back: a `'` it writes as one byte the echo writ
 
 from __future__ import annotations
 
+import logging
 from xml.etree import ElementTree as ET
 
+import pytest
 from tests.unit.xmpp.wire import (
     ALICE,
+    CAROL,
     PS,
     SERVICE,
     Wire,
@@ -20,7 +23,9 @@ from tests.unit.xmpp.wire import (
     error_text,
     in_stream,
 )
+from tests.waiting import logged
 
+import boxmq
 from boxmq.xmpp import ns
 from boxmq.xmpp.settings import STANZA_SIZE_LIMIT
 
@@ -74,3 +79,50 @@ def test_an_error_whose_text_too_would_pass_the_limit_is_sent_with_its_text_cut(
     assert reply.find(ns.tag(ns.PUBSUB, "pubsub")) is None
     assert error_text(reply).startswith(">>>")
     assert error_text(reply).endswith("...")
+
+
+def test_an_iq_whose_id_would_pass_the_stanza_limit_in_any_answer_is_not_served(
+    wire: Wire, box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every answer carries the id back (RFC 6120 §8.1.3): `&gt;` four times the id's bytes.
+    # Served, the item was stored and its result ended the component's stream; answered with
+    # an error, the same. Nothing is done for it, and who runs the service is told.
+    caplog.set_level(logging.WARNING, "boxmq.xmpp")
+    huge = ">" * 150_000
+    publish = (
+        f"<pubsub xmlns='{PS}'><publish node='jobs'><item><job xmlns='urn:e'/></item>"
+        "</publish></pubsub>"
+    )
+    sent = _sent(wire, f"<iq type='set' id='{huge}' from='{CAROL}' to='{SERVICE}'>{publish}</iq>")
+    assert sent == []
+    assert box.queue("jobs").peek() == []
+    [line] = logged(caplog, "not served")
+    assert CAROL in line
+    assert "150000" in line
+    assert huge not in line
+    # an id of the same bytes that fits is served
+    fits = ">" * 1000
+    reply, _ = _one_reply(
+        wire, f"<iq type='set' id='{fits}' from='{CAROL}' to='{SERVICE}'>{publish}</iq>"
+    )
+    assert reply.get("type") == "result"
+    assert reply.get("id") == fits
+    assert len(box.queue("jobs").peek()) == 1
+
+
+def test_a_refused_message_whose_error_would_pass_the_limit_is_not_answered(
+    wire: Wire, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a plain message to the service, which names no node: refused, under its id
+    caplog.set_level(logging.WARNING, "boxmq.xmpp")
+    huge = ">" * 150_000
+    body = "<body>x</body>"
+    assert (
+        wire.message(f"<message id='{huge}' from='{ALICE}' to='{SERVICE}'>{body}</message>") == []
+    )
+    [line] = logged(caplog, "not answered")
+    assert ALICE in line
+    assert huge not in line
+    [error] = wire.message(f"<message id='m1' from='{ALICE}' to='{SERVICE}'>{body}</message>")
+    assert error.get("type") == "error"
+    assert error.get("id") == "m1"
