@@ -697,3 +697,27 @@ def test_an_answer_past_the_servers_stanza_limit_is_never_sent(
             assert running.connected.is_set()
 
     run(scenario())
+
+
+def test_disco_items_of_a_thousand_long_queue_names_are_cut_to_fit(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # 1,000 queues of 250-character names are 550 kB of <item/>s, over Prosody's 512 KiB for
+    # the component: the whole list ended the component's stream and the client heard
+    # nothing. The first that fit are listed, whole (docs/xmpp.md: no XEP-0059 paging).
+    names = sorted(f"{n:04d}" + "q" * 246 for n in range(1000))
+    for name in names:
+        box.queue(name)
+
+    async def scenario() -> None:
+        async with component(prosody, box) as running, clients(prosody, "alice") as [alice]:
+            dropped: list[object] = []
+            running.add_event_handler("disconnected", dropped.append)
+            reply = await alice.request(f"<query xmlns='{ns.DISCO_ITEMS}'/>", type="get")
+            assert reply.get("type") == "result", ET.tostring(reply)[:300]
+            listed = [i.get("node") for i in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))]
+            assert 900 < len(listed) < len(names) + 1  # jobs is one of them
+            assert listed == sorted([*names, "jobs"])[: len(listed)]
+            assert dropped == []
+
+    run(scenario())

@@ -256,16 +256,30 @@ def disco_info(node: str | None, identity: tuple[str, str, str], features: Itera
     )
 
 
-def disco_items(node: str | None, items: Iterable[tuple[str, str | None, str | None]]) -> str:
-    """items: (jid, node or None, name or None)."""
+def disco_items(
+    node: str | None,
+    items: Iterable[tuple[str, str | None, str | None]],
+    *,
+    room: int | None = None,
+) -> str:
+    """items: (jid, node or None, name or None). `room`: the bytes the <query/> may take, the
+    first items that fit listed whole and the rest left out (None: all of them). XEP-0030 has
+    no word for "there are more" (that is XEP-0059's paging, not served)."""
     at = f" node={attr(node)}" if node is not None else ""
-    parts = [f"<query xmlns='{ns.DISCO_ITEMS}'{at}>"]
+    head, tail = f"<query xmlns='{ns.DISCO_ITEMS}'{at}>", "</query>"
+    parts = [head]
+    left = None if room is None else room - len(head.encode()) - len(tail)
     for jid, item_node, name in items:
-        parts.append(f"<item jid={attr(jid)}")
+        item = f"<item jid={attr(jid)}"
         if item_node is not None:
-            parts.append(f" node={attr(item_node)}")
+            item += f" node={attr(item_node)}"
         if name is not None:
-            parts.append(f" name={attr(name)}")
-        parts.append("/>")
-    parts.append("</query>")
+            item += f" name={attr(name)}"
+        item += "/>"
+        if left is not None:
+            left -= len(item.encode())
+            if left < 0:
+                break
+        parts.append(item)
+    parts.append(tail)
     return "".join(parts)

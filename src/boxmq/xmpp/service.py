@@ -975,7 +975,10 @@ class QueueService:
         else:
             self._refuse_unreachable_topic(request.node)  # as its disco#info is
             items = ()  # a topic keeps nothing of its own
-        return render.result(iq, render.disco_items(request.node, items))
+        # Cut to fit the stanza size limit (the first items, whole): a root of many queues
+        # with long names listed them all in one stanza, and Prosody ended the stream.
+        room = self._stanza_size_limit - len(render.result(iq).encode())
+        return render.result(iq, render.disco_items(request.node, items, room=room))
 
     def _create(self, iq: Iq, request: Create) -> str:
         path = queue_path(self._box.root, request.node)  # InvalidName: bad-request

@@ -126,3 +126,29 @@ def test_a_refused_message_whose_error_would_pass_the_limit_is_not_answered(
     [error] = wire.message(f"<message id='m1' from='{ALICE}' to='{SERVICE}'>{body}</message>")
     assert error.get("type") == "error"
     assert error.get("id") == "m1"
+
+
+def test_disco_items_of_the_service_are_cut_to_fit_the_stanza_limit(box: boxmq.Box) -> None:
+    # 60 queues of 150-character names: 21 kB of items, the limit 16 KiB
+    names = sorted(f"{n:03d}" + "q" * 147 for n in range(60))
+    for name in names:
+        box.queue(name)
+    limit = 16 * 1024
+    wire = Wire(box, stanza_size_limit=limit)
+    reply, size = _one_reply(
+        wire,
+        f"<iq type='get' id='d1' from='{ALICE}' to='{SERVICE}'>"
+        f"<query xmlns='{ns.DISCO_ITEMS}'/></iq>",
+    )
+    assert reply.get("type") == "result"
+    assert size <= limit
+    listed = [item.get("node") for item in reply.iter(ns.tag(ns.DISCO_ITEMS, "item"))]
+    assert 40 < len(listed) < len(names)
+    assert listed == names[: len(listed)]  # the first ones, whole
+    # all of them under the default limit
+    reply, _ = _one_reply(
+        Wire(box),
+        f"<iq type='get' id='d2' from='{ALICE}' to='{SERVICE}'>"
+        f"<query xmlns='{ns.DISCO_ITEMS}'/></iq>",
+    )
+    assert len(list(reply.iter(ns.tag(ns.DISCO_ITEMS, "item")))) == len(names)
