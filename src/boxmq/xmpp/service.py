@@ -185,6 +185,8 @@ class QueueService:
         self._reliable = ReliableSender(sender=domain, send=send)
         self._refusals = RefusalLog()  # exactly-once messages refused, for who runs it
         self._sys_lines: RefusalLines[str] = RefusalLines()  # $SYS subscribes, by bare JID
+        # Answers past the stanza size limit, by what was done and bare JID (_size_line)
+        self._size_lines: RefusalLines[tuple[str, str]] = RefusalLines()
         trusted = box.exactly_once.trusted_sources
         self._trusted = None if trusted is None else TrustedJids(trusted)  # a bad entry: here
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
@@ -254,15 +256,26 @@ class QueueService:
         size = len(render.result(iq).encode())
         if size <= self._stanza_size_limit - ENVELOPE:
             return False
-        log.warning(
-            "an iq from %s with an id of %d characters not served: its answer would be %d "
-            "bytes at least, over the %d a stanza from this component may carry",
-            iq.sender,
-            len(iq.id),
-            size,
-            self._stanza_size_limit,
-        )
+        if (more := self._size_line("not served", iq.sender)) is not None:
+            log.warning(
+                "an iq from %s with an id of %d characters not served: its answer would be "
+                "%d bytes at least, over the %d a stanza from this component may carry%s",
+                iq.sender,
+                len(iq.id),
+                size,
+                self._stanza_size_limit,
+                more,
+            )
         return True
+
+    def _size_line(self, done: str, sender: str) -> str | None:
+        """Whether a line is due about an answer past the stanza size limit (`done`: what
+        was done instead) to `sender`: None if it is counted, not told (told of less than a
+        minute ago); else what the line adds of those passed over since the last one. Its
+        first at once, then at most one line a minute per bare JID (core/refusal_lines.py):
+        a peer sending such stanzas in a loop wrote a line each."""
+        passed_over = self._size_lines.refused((done, bare(sender)), now=self._now())
+        return None if passed_over is None else passed_over_said(passed_over)
 
     def _over_limit(self, stanza: str) -> int:
         """The size in bytes of `stanza` if it would pass the stanza size limit, else 0."""
@@ -300,16 +313,18 @@ class QueueService:
         smaller = render.error(iq, condition, text=text, inner="")
         if len(smaller.encode()) > self._stanza_size_limit:
             smaller = render.error(iq, condition, text=text[:_TEXT_KEPT] + "...", inner="")
-        log.info(
-            "the answer to iq %.80s from %s would be %d bytes, over the stanza size limit "
-            "(%d): sent as %s without %s",
-            iq.id,
-            iq.sender,
-            size,
-            self._stanza_size_limit,
-            condition.name,
-            "the request echoed" if refused else "the result",
-        )
+        if (more := self._size_line("cut", iq.sender)) is not None:
+            log.info(
+                "the answer to iq %.80s from %s would be %d bytes, over the stanza size limit "
+                "(%d): sent as %s without %s%s",
+                iq.id,
+                iq.sender,
+                size,
+                self._stanza_size_limit,
+                condition.name,
+                "the request echoed" if refused else "the result",
+                more,
+            )
         self._send(smaller)
 
     def _refusal(self, act: Callable[[], None], doing: str, *args: object) -> _Refused | None:
@@ -379,14 +394,16 @@ class QueueService:
             return
         error = render.message_error(message.id, message.sender, message.to, condition, text=text)
         if size := self._over_limit(error):  # its id mirrored (RFC 6120 §8.3), or the text
-            log.warning(
-                "a message from %s refused (%s) not answered: its error would be %d bytes, "
-                "over the %d a stanza from this component may carry",
-                message.sender,
-                condition.name,
-                size,
-                self._stanza_size_limit,
-            )
+            if (more := self._size_line("not answered", message.sender)) is not None:
+                log.warning(
+                    "a message from %s refused (%s) not answered: its error would be %d "
+                    "bytes, over the %d a stanza from this component may carry%s",
+                    message.sender,
+                    condition.name,
+                    size,
+                    self._stanza_size_limit,
+                    more,
+                )
             return
         self._send(error)
 

@@ -152,3 +152,51 @@ def test_disco_items_of_the_service_are_cut_to_fit_the_stanza_limit(box: boxmq.B
         f"<query xmlns='{ns.DISCO_ITEMS}'/></iq>",
     )
     assert len(list(reply.iter(ns.tag(ns.DISCO_ITEMS, "item")))) == len(names)
+
+
+def test_lines_about_answers_past_the_limit_are_said_once_a_minute_per_sender_then_counted(
+    box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A peer sending such stanzas in a loop wrote a line each (an echo dropped, an iq not
+    # served, a message not answered): each is said in full the first time for a bare JID,
+    # then counted, the next line a minute later saying how many were passed over
+    # (core/refusal_lines.py, as the exactly-once refusals and the $SYS subscribes).
+    clock = [1000.0]
+    wire = Wire(box, now=lambda: clock[0], stanza_size_limit=16 * 1024)
+    caplog.set_level(logging.INFO, "boxmq.xmpp")
+    echoed = "<big xmlns='urn:e'>" + "'" * 3000 + "</big>"  # 18 kB echoed
+    huge_id = ">" * 5000  # 20 kB in any answer
+    disco = f"<query xmlns='{ns.DISCO_ITEMS}'/>"
+    alice_too = "alice@localhost/other"  # the same bare JID
+
+    def loop(sender: str, times: int) -> None:
+        addresses = f"from='{sender}' to='{SERVICE}'"
+        for n in range(times):
+            [error] = _sent(wire, f"<iq type='get' id='e{n}' {addresses}>{echoed}</iq>")
+            assert in_stream(error).get("type") == "error"  # answered, without the echo
+            assert _sent(wire, f"<iq type='get' id='{huge_id}' {addresses}>{disco}</iq>") == []
+            message = f"<message id='{huge_id}' {addresses}><body>x</body></message>"
+            assert wire.message(message) == []
+
+    def lines() -> list[list[str]]:
+        said = [logged(caplog, words) for words in ("echoed", "not served", "not answered")]
+        caplog.clear()
+        return said
+
+    loop(ALICE, 50)
+    loop(alice_too, 50)
+    loop(CAROL, 3)  # another sender is told of at once
+    for said in lines():
+        assert len(said) == 2, said
+        assert ALICE in said[0]
+        assert CAROL in said[1]
+        assert not any("more since" in line for line in said)
+    clock[0] += 59  # within the minute: counted, not said
+    loop(alice_too, 1)
+    assert lines() == [[], [], []]
+    clock[0] += 2
+    loop(alice_too, 1)
+    for said in lines():
+        [line] = said
+        assert alice_too in line
+        assert line.endswith("(100 more since the last line)")
