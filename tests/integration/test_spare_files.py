@@ -7,6 +7,9 @@ import contextlib
 import itertools
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -354,3 +357,48 @@ def test_a_put_get_and_ack_killed_anywhere_lose_no_stored_message_and_leave_noth
         if done == ["put", "ack"]:
             assert step > 3
             return
+
+
+_KILLED_WITH_SPARES = """
+import os, signal, sys
+import boxmq
+with boxmq.open(sys.argv[1], fsync="never", keep_processed=False) as box:
+    jobs = box.queue("jobs")
+    with jobs.consumer("w", max_in_flight=3) as consumer:
+        jobs.put_many([b"one", b"two", b"three"])
+        for message in consumer.receive_ready():
+            message.ack()  # its file kept as one of this process's own spares
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_the_first_full_sweep_empties_a_killed_process_s_own_spares(root: Path) -> None:
+    """A process SIGKILLed with spares of its own left `.spare/<its token>+0/` behind; a
+    server that only sweeps (a put or an ack adopts them, nothing else did) left it there
+    for as long as it ran. The first full pass takes it over, as it ends the dead's locks,
+    and so does a later one for a process killed since."""
+    first = _killed_with_three_spares(root)
+    with boxmq.open(root, fsync="never") as box:
+        box.sweep()
+        left = os.listdir(root / SPARE_DIR)
+        assert first not in left
+        assert len(left) == 3  # the shared pool's, for any process's next put
+        second = _killed_with_three_spares(root)
+        box.sweep()
+        assert second not in os.listdir(root / SPARE_DIR)
+
+
+def _killed_with_three_spares(root: Path) -> str:
+    """Run a process that leaves three spares of its own and is SIGKILLed: its folder's name."""
+    before = set(os.listdir(root / SPARE_DIR)) if (root / SPARE_DIR).is_dir() else set()
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_WITH_SPARES, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    (own,) = set(os.listdir(root / SPARE_DIR)) - before
+    assert len(os.listdir(root / SPARE_DIR / own)) == 3
+    return own

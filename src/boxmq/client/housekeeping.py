@@ -244,6 +244,9 @@ class Housekeeping:
             # since (`boxmq delete` beside a server, a purge): their blocks are freed now,
             # not when newer puts push them out (a root that went quiet: never).
             self._spares.close_gone()
+            # The own spares of processes that died (as their locks above): a server that
+            # never put nor acked left a killed process's `.spare/` folder as it was.
+            self._spares.take_over_the_dead()
         elif self._spares is not None:
             self._spares.close_gone_due()  # subscriptions that ended here since the last one
         # The subscriptions' folders only at a full pass: they take a listing of them all.

@@ -15,7 +15,8 @@ queue), in two parts:
   renames it straight into target/: working/ is only there so that nobody sees a file half
   written, and nobody looks in this folder. That is one rename less than a shared spare
   (8 of 47 µs of a put → take → ack's file operations on this ext4). A process that dies
-  leaves the folder; the next pool to start on the root adopts what is in it.
+  leaves the folder; another pool adopts what is in it at its first put or ack, or at a
+  sweep's full pass (`take_over_the_dead`), whichever comes first.
 - **Shared spares**, `.spare/<process token>.<n>`, for the files an acking process has more
   of than it keeps as its own (half of `limit`; both together stay within `limit`), and for
   those it hands back when it closes. A process with no own spare takes one by a rename
@@ -426,6 +427,17 @@ class Spares:
                 os.rename(path, self._prefix + str(next(self._numbers)))
         with contextlib.suppress(OSError):
             os.rmdir(self._own_dir)
+
+    def take_over_the_dead(self) -> None:
+        """A sweep's full pass: what `_adopt` does once (a put's or an ack's first), and
+        afterwards the own folders of processes that ended since. A server that only sweeps
+        (its doors idle, or none) never put nor acked, so a killed process's own folder, its
+        spares and `gone.<n>` files, stayed in `.spare/` for as long as the server ran."""
+        if not self._adopted:
+            self._adopt()
+            return
+        with self._lock:
+            self._adopt_own_folders_of_the_dead()
 
     def _adopt(self) -> None:
         """Once: take on the spares in the folder, those of ended processes' own folders
