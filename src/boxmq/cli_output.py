@@ -194,11 +194,18 @@ def json_body(body: bytes) -> dict[str, str]:
 _CHUNK = 3 << 16  # a multiple of 3: base64 of each chunk joins into that of the whole
 
 
-def out_json_with_body(record: dict[str, Any], body: bytes) -> None:
-    """`to_json(record | json_body(body))` as one line in one write, as `out` writes it, built
-    a chunk of the body at a time: the whole document made at once took some 17 copies of a
-    big body that is not UTF-8 (its text, shown's, JSON's escaping, the line's, base64's),
-    where the line (all ASCII) is now made once, in bytes; the bytes written are the same."""
+def out_json_with_body(
+    record: dict[str, Any],
+    body: bytes,
+    after: dict[str, Any] | None = None,
+    *,
+    flush_too: bool = False,
+) -> None:
+    """`to_json(record | json_body(body) | after)` as one line in one write, as `out` writes
+    it, built a chunk of the body at a time: the whole document made at once took some 17
+    copies of a big body that is not UTF-8 (its text, shown's, JSON's escaping, the line's,
+    base64's), where the line (all ASCII) is now made once, in bytes; the bytes written are
+    the same. `flush_too`: flushed after, as `out(..., flush=True)` (a stream of them)."""
     if sys.stdout is None:  # `serve >&-`: as print(), nothing
         return
     head = to_json(record)
@@ -214,9 +221,15 @@ def out_json_with_body(record: dict[str, Any], body: bytes) -> None:
         for start in range(0, len(body), _CHUNK):
             line += base64.b64encode(body[start : start + _CHUNK])
         line += b'"'
-    line += b"}\n"
+    if after:
+        line += b", " + to_json(after)[1:].encode("ascii")
+    else:
+        line += b"}"
+    line += b"\n"
     flush()  # what was written as text goes before these bytes
     out_bytes(line)
+    if flush_too:
+        flush()
 
 
 def _is_utf_8(body: bytes) -> bool:

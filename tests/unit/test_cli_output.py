@@ -49,12 +49,16 @@ _BODIES = [
 
 @pytest.mark.parametrize("body", _BODIES)
 @pytest.mark.parametrize("record", [{}, {"id": "q\udcff", "n": 1.5, "p": {"k": float("nan")}}])
+@pytest.mark.parametrize("after", [{}, {"reply-to": "r\udcfe/\n", "x": float("-inf")}])
 def test_a_body_written_in_chunks_is_the_json_record_byte_for_byte(
-    body: bytes, record: dict[str, object], capsysbinary: pytest.CaptureFixture[bytes]
+    body: bytes,
+    record: dict[str, object],
+    after: dict[str, object],
+    capsysbinary: pytest.CaptureFixture[bytes],
 ) -> None:
     print("before", end=" ")  # text written before goes out before the line
-    out_json_with_body(record, body)
-    expected = "before " + to_json(record | json_body(body)) + "\n"
+    out_json_with_body(record, body, after)
+    expected = "before " + to_json(record | json_body(body) | after) + "\n"
     assert capsysbinary.readouterr().out == expected.encode()
 
 
