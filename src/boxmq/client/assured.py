@@ -76,7 +76,14 @@ from boxmq.model import (
 from boxmq.store.commit import Committer, FsyncPolicy, Move, flush_directories
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.fanout import finish_pending
-from boxmq.store.layout import State, dropbox_folders, queue_path, target_moved_aside
+from boxmq.store.layout import (
+    State,
+    dropbox_folders,
+    queue_path,
+    target_moved_aside,
+    targets_aside,
+    wait_for_targets,
+)
 from boxmq.store.names import MAX_NAME, check_priority, decode_lenient, encode
 from boxmq.store.retained import Marked, Version
 from boxmq.store.side_files import Placed, SideFiles
@@ -158,6 +165,7 @@ class AssuredIntake:
         clock: Clock,
         limits: ExactlyOnceLimits,
         fan_out: _FanOut,
+        subscriptions_of: Callable[[Envelope, str], list[str]] | None = None,
         side_files: SideFiles | None = None,
         retained_version: Callable[[str], Version | None] | None = None,
         polling: bool = False,
@@ -168,6 +176,8 @@ class AssuredIntake:
         self._ids = ids
         self._clock = clock
         self._fan_out = fan_out
+        # The folders of the subscriptions a topic's message from a sender goes to.
+        self._subscriptions_of = subscriptions_of
         self._books = ExactlyOnce(limits)
         self._pending: dict[tuple[str, str], _Pending] = {}
         # The "delivered" markers on disk (their records, claims and reads), and their sweep
@@ -449,14 +459,17 @@ class AssuredIntake:
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
+            # Refused before their markers, where a target/ is moved aside and does not come
+            # back: they wait for their `deliver` again, nothing on disk to undo.
+            sending = self._targets_back(due, outcomes)
             # `premarked`: those another process marked before this one (its marker is
             # overwritten): a file gone from working/ then was sent by it, not swept away.
-            marking = [(key, pending.path, _replaces(pending)) for _, key, pending in due]
+            marking = [(key, pending.path, _replaces(pending)) for _, key, pending in sending]
             errors, premarked = self._markers.mark_all(
                 marking, remember=remember, superseded=superseded
             )
             marked = []
-            for (index, key, pending), failure in zip(due, errors, strict=True):
+            for (index, key, pending), failure in zip(sending, errors, strict=True):
                 if failure is None:
                     marked.append((index, key, pending))
                 else:
@@ -495,6 +508,42 @@ class AssuredIntake:
                     outcomes[index] = failed[key][1]
         return outcomes
 
+    def _targets_back(
+        self, due: list[tuple[int, tuple[str, str], _Pending]], outcomes: list[Outcome]
+    ) -> list[tuple[int, tuple[str, str], _Pending]]:
+        """Those of `due` to send: a message whose queue's or subscription's target/ is moved
+        aside (operations.md's "Disk usage": `mv target target.old && mkdir target`) waits up
+        to TARGET_BACK_WAIT for it, all of them together, and is refused (TargetMissing, a
+        store failure its door reports: the sender delivers again) if it is not back, its
+        message still waiting. A new target/ made there broke the operator's mkdir, and a
+        copy renamed into none stayed in the subscription's working/ until a restart."""
+        dropboxes = [self._dropboxes(pending) for _, _, pending in due]
+        if not targets_aside(path for paths in dropboxes for path in paths):
+            return due
+        aside = set(wait_for_targets({path for paths in dropboxes for path in paths}))
+        sending = []
+        for (index, key, pending), paths in zip(due, dropboxes, strict=True):
+            missing = next((path for path in paths if path in aside), None)
+            if missing is None:
+                sending.append((index, key, pending))
+                continue
+            target = os.path.join(missing, State.TARGET.value)
+            error = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
+            name = pending.queue or os.path.relpath(missing, self._root)
+            outcomes[index] = TargetMissing(error, name, target)
+            self._undeliver(*key, pending, marked=False)
+        return sending
+
+    def _dropboxes(self, pending: _Pending) -> list[str]:
+        """The folders of the dropboxes `pending` goes to: its queue's, or its topic's
+        subscriptions' (their target/ looked at before its `deliver` is marked)."""
+        if pending.queue is not None:
+            return [queue_path(self._root, pending.queue)]
+        if self._subscriptions_of is None:
+            return []
+        source = str(pending.envelope.property_value(SOURCE))
+        return self._subscriptions_of(pending.envelope, _publisher(source))  # by its topic
+
     def _flush_forgotten(self) -> None:
         """Under `always`, the markers `deliver(remember=False)` removed are removed on disk
         before the sender is answered: it may name a new message with the id at once (an
@@ -523,11 +572,15 @@ class AssuredIntake:
         self._undeliver(*key, pending)
         return error
 
-    def _undeliver(self, source: str, msg_id: str, pending: _Pending) -> None:
-        """`deliver` failed in the file system: if the message is still in working/, it waits
-        there for a `deliver` again (the sender is told of the failure and repeats it)."""
-        with contextlib.suppress(OSError):
-            os.unlink(self._markers.path(source, msg_id))
+    def _undeliver(
+        self, source: str, msg_id: str, pending: _Pending, *, marked: bool = True
+    ) -> None:
+        """`deliver` failed in the file system (or was refused before its marker, `marked`
+        False): if the message is still in working/, it waits there for a `deliver` again
+        (the sender is told of the failure and repeats it)."""
+        if marked:
+            with contextlib.suppress(OSError):
+                os.unlink(self._markers.path(source, msg_id))
         try:
             stat = os.stat(pending.path)
         except OSError:
@@ -580,9 +633,15 @@ class AssuredIntake:
         return errors
 
     def _into_target(self, pending: _Pending) -> Move:
+        """The move that sends `pending` into its queue's target/: the queue's folders made
+        whole first (a making cut short), but not a target/ moved aside (since `deliver`
+        looked: `_targets_back`), which the operator's mkdir makes: the rename fails then."""
         assert pending.queue is not None
-        box = Dropbox(queue_path(self._root, pending.queue), self._committer)
-        return Move(pending.path, box.file(State.TARGET, os.path.basename(pending.path)))
+        path = queue_path(self._root, pending.queue)
+        name = os.path.basename(pending.path)
+        if targets_aside([path]):
+            return Move(pending.path, os.path.join(path, State.TARGET.value, name))
+        return Move(pending.path, Dropbox(path, self._committer).file(State.TARGET, name))
 
     @staticmethod
     def _as_file(pending: _Pending) -> tuple[Envelope, str, str, bytes | None]:

@@ -387,6 +387,9 @@ class Box:
                     fan_out=lambda files, superseded, marked: self.topics.send_files(
                         files, superseded=superseded, marked=marked
                     ),
+                    subscriptions_of=lambda envelope, source: self.topics.subscription_folders_of(
+                        envelope, source
+                    ),
                     side_files=self.side_files,
                     retained_version=lambda topic: self.topics.retained_version(topic),
                     polling=self.options.polling,

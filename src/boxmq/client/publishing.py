@@ -475,6 +475,13 @@ class Publisher:
         names = copy_names(envelope, route.levels)
         return [(path, names[destination.qos]) for destination, path in route.durable]
 
+    def subscription_folders_of(self, envelope: Envelope, source: str | None) -> list[str]:
+        """The folders of the durable subscriptions `send_files` would send `envelope` from
+        `source` to (an exactly-once `deliver` looks at their target/ first)."""
+        assert envelope.topic is not None
+        route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
+        return [path for _, path in route.durable]
+
     def _route(
         self,
         envelope: Envelope,

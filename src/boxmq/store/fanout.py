@@ -18,13 +18,17 @@ recovery looks through the subscriptions; a normal fan-out knows where its copie
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Sequence
 
-from boxmq.store.layout import State
+from boxmq.store import layout
+from boxmq.store.layout import State, wait_for_targets
 from boxmq.store.topics import has_record, subscription_folders
 
 __all__ = ["finish_pending", "send_through_pending"]
+
+log = logging.getLogger("boxmq.store")
 
 
 def send_through_pending(
@@ -42,9 +46,32 @@ def send_through_pending(
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)  # every copy is pending now
     for folder, (dropbox, copy) in zip(folders, copies, strict=True):
-        # FileNotFound: renamed already, or the subscription was deleted (or never linked).
+        pending_copy = os.path.join(folder, copy)
+        target = os.path.join(dropbox, State.TARGET.value, copy)
+        try:
+            os.rename(pending_copy, target)
+        except FileNotFoundError:
+            # Renamed already, or the subscription was deleted (or never linked), or its
+            # target/ moved aside since its deliver looked (AssuredIntake): waited for.
+            _when_target_back(dropbox, pending_copy, target)
+
+
+def _when_target_back(dropbox: str, pending_copy: str, target: str) -> None:
+    """A copy out (its staged file gone) whose rename into target/ found none: if the
+    subscription's target/ was moved aside (operations.md's "Disk usage"), renamed once it is
+    back, within TARGET_BACK_WAIT; else left pending, for a restart's `finish_pending`, and
+    said. Nothing to do if the subscription is gone or the copy was renamed already."""
+    if not wait_for_targets([dropbox]):
         with contextlib.suppress(FileNotFoundError):
-            os.rename(os.path.join(folder, copy), os.path.join(dropbox, State.TARGET.value, copy))
+            os.rename(pending_copy, target)
+        return
+    log.warning(
+        "%s: its target/ was moved aside while a copy was sent and is not back after %s s; "
+        "the copy waits in %s until target/ is back and boxmq starts again",
+        dropbox,
+        layout.TARGET_BACK_WAIT,
+        pending_copy,
+    )
 
 
 def finish_pending(root: str, pending: str) -> list[str]:

@@ -17,7 +17,7 @@ import re
 import shutil
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Final
 
@@ -26,6 +26,7 @@ from boxmq.store.names import escape_segment, unescape_segment
 
 __all__ = [
     "SETTLED",
+    "TARGET_BACK_WAIT",
     "TOPIC_ROOT",
     "FolderSeen",
     "State",
@@ -44,6 +45,8 @@ __all__ = [
     "remove_folder",
     "settled_seen",
     "target_moved_aside",
+    "targets_aside",
+    "wait_for_targets",
 ]
 
 TOPIC_ROOT = "topic-root"
@@ -120,6 +123,34 @@ def target_moved_aside(path: str) -> bool:
         and State.TARGET.value not in entries
         and State.PROCESSING.value in entries
     )
+
+
+# Seconds an exactly-once deliver waits for a target/ moved aside to come back (an operator's
+# `mv target target.old && mkdir target` takes milliseconds) before it is refused, and between
+# two looks meanwhile.
+TARGET_BACK_WAIT = 2.0
+_TARGET_LOOK_EVERY = 0.05
+
+
+def targets_aside(dropboxes: Iterable[str]) -> list[str]:
+    """Those of the dropbox folders `dropboxes` whose target/ is moved aside
+    (`target_moved_aside`): one stat each where target/ is there, as it nearly always is."""
+    return [
+        path
+        for path in dropboxes
+        if not os.path.isdir(os.path.join(path, State.TARGET.value)) and target_moved_aside(path)
+    ]
+
+
+def wait_for_targets(dropboxes: Iterable[str]) -> list[str]:
+    """Those of `dropboxes` whose target/ is moved aside, once each has come back or
+    TARGET_BACK_WAIT has passed: those still aside then. None aside: no wait at all."""
+    aside = targets_aside(dropboxes)
+    deadline = time.monotonic() + TARGET_BACK_WAIT
+    while aside and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(_TARGET_LOOK_EVERY, left))
+        aside = targets_aside(aside)
+    return aside
 
 
 def _entries(path: str) -> set[str] | None:

@@ -60,3 +60,32 @@ def test_a_v311_publisher_is_disconnected_and_its_resend_is_kept(server: Running
     assert keeper.next().payload == b"while aside"
     assert keeper.nothing(within=0.5)
     keeper.stop()
+
+
+def test_a_qos_2_release_while_target_is_aside_is_refused_then_delivered_once(
+    server: RunningServer,
+) -> None:
+    """A persistent publisher's QoS 2 message, stored at its PUBLISH, released (PUBREL) while
+    the subscription's target/ is aside: PUBCOMP has no failure code, so the client is
+    disconnected; no new target/ is made and no copy waits in the subscription's working/;
+    paho sends PUBREL again once back, and the message is delivered, once."""
+    keeper, target = keeper_target(server, "sensors/kitchen")
+    keeper.stop()
+    aside = target.with_name("target.aside")
+    os.rename(target, aside)
+    publisher = paho(server, "pub2", clean=False, expiry=300)
+    info = publisher.client.publish("sensors/kitchen", b"released while aside", qos=2)
+    publisher.disconnects.get(timeout=WAIT)  # its PUBREL refused, after TARGET_BACK_WAIT
+    assert not info.is_published()
+    assert not target.exists()
+    assert os.listdir(aside) == []
+    assert [files for _, _, files in os.walk(target.with_name("working")) if files] == []
+
+    os.rename(aside, target)  # recreated: paho reconnects and sends PUBREL again
+    info.wait_for_publish(timeout=WAIT)
+    assert info.is_published()
+    publisher.stop()
+    keeper = paho(server, "keeper", clean=False, expiry=300)
+    assert keeper.next().payload == b"released while aside"
+    assert keeper.nothing(within=0.5)
+    keeper.stop()

@@ -30,6 +30,7 @@ from tests.waiting import logged
 
 import boxmq
 from boxmq.core import ExactlyOnceLimits
+from boxmq.store import layout
 from boxmq.xmpp import ns
 
 OWNER = ns.PUBSUB_OWNER
@@ -1482,3 +1483,25 @@ def test_the_configure_of_a_node_that_does_not_exist_is_item_not_found(
         type="set" if submit else "get",
     )
     assert again.get("type") == "result"
+
+
+def test_a_deliver_while_the_queue_s_target_is_moved_aside_is_refused_and_sent_once_back(
+    wire: Wire, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # urn:xmpp:qos exactly once, its <deliver/> in operations.md's "Disk usage" window: it
+    # made a new target/ (the operator's mkdir then failed). It waits TARGET_BACK_WAIT, then
+    # is refused as any store failure (wait): the sender delivers again, once it is back.
+    monkeypatch.setattr(layout, "TARGET_BACK_WAIT", 0.2)
+    wire.create()
+    reply = wire.iq(CAROL, _wrapped("assured", "m1", "2"), to=NODE_AT)
+    assert reply.find(ns.tag(ns.QOS, "received")) is not None
+    folder = root / "jobs"
+    (folder / "target").rename(folder / "target.old")
+    deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+    assert condition(deliver) == ("wait", "internal-server-error")
+    assert "has no target/" in error_text(deliver)
+    assert not (folder / "target").exists()
+    (folder / "target").mkdir()
+    deliver = wire.iq(CAROL, f"<deliver xmlns='{ns.QOS}' msgId='m1'/>", to=NODE_AT)
+    assert deliver.get("type") == "result"
+    assert len(os.listdir(folder / "target")) == 1
