@@ -750,12 +750,18 @@ def _listener(table: Table, *, read_files: bool) -> Listener:
     host = host or Listener.host
     port = table.integer("port", low=0, high=65_535)
     tls, identity = (
-        _tls(table.table("tls"), read_files=read_files) if table.has("tls") else (None, False)
+        _tls(table.table("tls", example=_TLS_EXAMPLE), read_files=read_files)
+        if table.has("tls")
+        else (None, False)
     )
     table.finish()
     if port is None:
         port = 8883 if table.has("tls") else Listener.port  # the IANA ports for MQTT
     return Listener(host=host, port=port, ssl=tls, identity_as_username=identity)
+
+
+# A tls table's keys as the error of a tls that is no table shows them (`tls = "server.crt"`).
+_TLS_EXAMPLE: Final = 'cert = "server.crt", key = "server.key"'
 
 
 def _check_host(table: Table, host: str) -> None:

@@ -205,7 +205,35 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[share_groups.etl]\ndispatch = 'x'", "share_groups.etl.dispatch: 'x' is not one of"),
         ("[share_groups.etl]\ndispath = 'sticky'", "share_groups.etl.dispath: unknown key"),
         ("[share_groups]\netl = 'sticky'", "share_groups.etl: expected a table"),
-        ("mqtt = 3", "mqtt: expected a table ([mqtt]), got an integer"),
+        ("mqtt = 3", "mqtt: expected a table, got an integer: write its keys below a [mqtt] "),
+        # A value, or a header of its own, where a table goes: the header said was none a
+        # file can have ([mqtt.listener[1].tls]).
+        (
+            "[[mqtt.listener]]\ntls = 'server.crt'",
+            "mqtt.listener[1].tls: expected a table, got a string: write tls = { cert = "
+            '"server.crt", key = "server.key" } in its [[mqtt.listener]] table, or its keys '
+            "below a [mqtt.listener.tls] header under that [[mqtt.listener]]",
+        ),
+        ("[[mqtt.listener]]\n[[mqtt.listener.tls]]", "tls: expected a table, got an array: wr"),
+        ("[[security]]", "security: expected a table, got an array: write its keys below a [s"),
+        # A header for a key of one value: "expected a string, got a table" alone.
+        (
+            "[fsync]",
+            "fsync: expected a string, got a table ([fsync] is a table's header, and fsync one "
+            "value: write fsync = ... above the first [table] header)",
+        ),
+        ("[keep_processed]", "got a table ([keep_processed] is a table's header, and keep_pr"),
+        ("[sweep_interval]", "got a table ([sweep_interval] is a table's header, and sweep_i"),
+        (
+            "[mqtt.limits.max_connections]",
+            "got a table ([mqtt.limits.max_connections] is a table's header, and "
+            "max_connections one value: write max_connections = ... under [mqtt.limits])",
+        ),
+        (
+            "[[mqtt.listener]]\n[mqtt.listener.port]",
+            "mqtt.listener[1].port: expected an integer, got a table ([mqtt.listener.port] is a "
+            "table's header, and port one value: write port = ... in its [[mqtt.listener]] table)",
+        ),
         ("[mqtt]\nlistener = { port = 1 }", "mqtt.listener: expected tables ([[mqtt.listener]])"),
         ("[[mqtt.listener]]\n[[mqtt.listener]]\nprot = 1", "mqtt.listener[2].prot: unknown key"),
         ("[[mqtt.listener]]\nport = '1883'", "mqtt.listener[1].port: expected an integer"),
@@ -253,7 +281,7 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         # No CONNECT fits in less: every client would be refused by a broker that started.
         ("[mqtt.limits]\nmax_packet_size = 1", "max_packet_size: 1 is out of range: use from 20"),
         ("[mqtt.limits]\nmax_packet_size = 19", "max_packet_size: 19 is out of range"),
-        ("exactly_once = 1", "exactly_once: expected a table ([exactly_once]), got an integer"),
+        ("exactly_once = 1", "exactly_once: expected a table, got an integer: write its keys"),
         ("[exactly_once]\nmax_pending = 1", "exactly_once.max_pending: unknown key"),
         ("[exactly_once]\nmax_message_size = -1", "exactly_once.max_message_size: -1 is out of"),
         ("[exactly_once]\nmax_bytes_total = 1.5", "max_bytes_total: expected an integer, got a n"),
