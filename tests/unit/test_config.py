@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import re
 import shutil
 import ssl
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq import cli
+from boxmq import cli, cli_parser
 from boxmq.cli_serve import describe_security, mqtt_settings, security_warnings
 from boxmq.config import LIMITS_HIGHEST, LIMITS_LOWEST, Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
@@ -853,6 +854,35 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
     tables = ["[share_groups.", "[mqtt]", "[[mqtt.listener]]", "[mqtt.limits]", "[security]"]
     for table in [*tables, "[exactly_once]", "tls = {", "identity_as_username = true"]:
         assert table in text
+
+
+def _serve_options() -> set[str]:
+    """The option strings `boxmq serve` takes (the common ones too)."""
+    parser = cli_parser.parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, cli_parser.Commands)]
+    serve = commands.parser("serve")
+    return {option for action in serve._actions for option in action.option_strings}
+
+
+def _flags_over_the_file() -> set[str]:
+    """The flags of serve that win over a key of the file: each that `override` applies, and
+    the listeners' two, which replace the file's [[mqtt.listener]] tables."""
+    names = inspect.signature(ServeConfig.override).parameters
+    return {"--" + name.replace("_", "-") for name in names if name != "self"} | {
+        "--mqtt",
+        "--no-mqtt",
+    }
+
+
+def test_the_example_names_the_flags_that_win_over_it() -> None:
+    """Its first lines listed the flags over the file without --sys-interval and
+    --max-deliveries, both added since: each it names is a flag of serve, and it names all."""
+    text = (REPO / "boxmq.example.toml").read_text()
+    header = text.partition("\n\n")[0]  # the comment above the first key
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", header)) - {"--config"}
+    assert named <= _serve_options()
+    assert named == _flags_over_the_file()
+    assert "-v over log_level" in header.replace("\n# ", " ")
 
 
 def test_the_start_up_line_of_the_acl_counts_each_part_of_it(tmp_path: Path) -> None:
