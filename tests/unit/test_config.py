@@ -885,6 +885,36 @@ def test_the_example_names_the_flags_that_win_over_it() -> None:
     assert "-v over log_level" in header.replace("\n# ", " ")
 
 
+def test_the_docs_order_of_precedence_names_the_flags_that_win_over_the_file() -> None:
+    """docs/configuration.md's list lacked --sys-interval and --max-deliveries, and said
+    nothing of which of the file and $BOXMQ_DATA wins."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    section = text.partition("## Order of precedence")[2].partition("\n2. ")[0]
+    named = set(re.findall(r"`(--[a-z][a-z-]*)", section))
+    assert named - {"--no-keep-processed", "--no-polling"} == _flags_over_the_file()
+    assert named <= _serve_options()
+    assert "`-v`" in section
+
+
+def test_the_file_wins_over_boxmq_data_and_a_typed_flag_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What docs/configuration.md's order of precedence says, as serve reads its arguments."""
+    from boxmq.cli_serve import serve_config
+
+    path = _write(tmp_path, 'data = "from-file"\nmax_deliveries = 3\n[mqtt]\nsys_interval = 5\n')
+    monkeypatch.setenv("BOXMQ_DATA", str(tmp_path / "from-env"))
+    words = ["serve", "--config", str(path)]
+    config = serve_config(cli_parser.parser().parse_args(words))
+    assert (config.data, config.max_deliveries) == (tmp_path / "from-file", 3)
+    typed = [*words, "--max-deliveries", "0", "--sys-interval", "1s", "--data", "typed"]
+    config = serve_config(cli_parser.parser().parse_args(typed))
+    assert (config.data, config.max_deliveries) == (Path("typed"), None)
+    assert config.mqtt.sys_interval == 1
+    config = serve_config(cli_parser.parser().parse_args(["serve"]))
+    assert config.data == tmp_path / "from-env"  # no file, no flag: the environment
+
+
 def test_the_start_up_line_of_the_acl_counts_each_part_of_it(tmp_path: Path) -> None:
     """Rules for clients without a user name are counted too: an ACL of those alone read
     '0 user section(s), 0 pattern(s)', as if it held nothing."""
