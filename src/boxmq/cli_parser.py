@@ -527,7 +527,7 @@ def _retained_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _session_arguments(p: argparse.ArgumentParser) -> None:
-    p.set_defaults(command=_session)
+    p.set_defaults(command=_session, before_root=_session_config)
     p.add_argument("action", choices=["ls", "end"], help="ls: every session; end: CLIENT_ID's")
     p.add_argument("client_id", nargs="?", metavar="CLIENT_ID", help="the session to end")
     p.add_argument(
@@ -638,6 +638,12 @@ def _unsubscribe(args: argparse.Namespace, box: Box) -> int:
     from boxmq import cli_subscribe
 
     return cli_subscribe.unsubscribe(args, box)
+
+
+def _session_config(args: argparse.Namespace) -> None:
+    from boxmq import cli_session  # as _session
+
+    cli_session.read_config(args)
 
 
 def _session(args: argparse.Namespace, box: Box) -> int:

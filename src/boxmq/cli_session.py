@@ -31,6 +31,7 @@ import logging
 from typing import Any
 
 from boxmq import cli_output as output
+from boxmq.cli_args import Default
 from boxmq.client import Box
 from boxmq.errors import InvalidArgument, QueueNotFound, store_failure
 from boxmq.mqtt.session import NEVER
@@ -39,20 +40,31 @@ from boxmq.mqtt.stored import consumer_name, exactly_once_source
 from boxmq.mqtt.succession import NONE, Chains
 from boxmq.store.process import process_alive, token_pid
 
-__all__ = ["end", "holding_server", "listed", "ls"]
+__all__ = ["end", "holding_server", "listed", "ls", "read_config"]
 
 log = logging.getLogger(__name__)
 
 
-def ls(args: argparse.Namespace, box: Box) -> int:
-    # The limit of the server's config file, if given: without it, the CLI cannot know the
-    # limit a server runs with, so a session shows the end it was granted, which a
-    # max_session_expiry lowered since cuts short (`listed`).
-    limit = None
-    if args.config is not None:
-        from boxmq.config import session_limit  # here: the config reader loads TLS, the ACL
+def read_config(args: argparse.Namespace) -> None:
+    """`session ls --config FILE`, before the root is opened: the limit of the server's
+    config file (`args.session_limit`; without a file, the CLI cannot know the limit a server
+    runs with, so a session shows the end it was granted, which a max_session_expiry lowered
+    since cuts short: `listed`), and its `data`, the root that server serves, unless --data
+    was typed (as serve takes it: flags, then the file, then $BOXMQ_DATA). The default
+    ./data was listed instead, `no persistent MQTT sessions` under the wrong root."""
+    args.session_limit = None
+    if args.config is None:
+        return
+    from boxmq.config import session_config  # here: the config reader loads TLS, the ACL
 
-        limit = session_limit(args.config)
+    config = session_config(args.config)
+    args.session_limit = config.mqtt.limits.max_session_expiry
+    if isinstance(args.data, Default) and config.data_from_file:
+        args.data = str(config.data)
+
+
+def ls(args: argparse.Namespace, box: Box) -> int:
+    limit = getattr(args, "session_limit", None)  # read_config's
     chains = Chains(box.root, None)
     records = sorted(read_records(box.root), key=lambda r: r.client_id)
     sessions = [listed(r, chains, limit=limit) for r in records]

@@ -74,7 +74,7 @@ from boxmq.mqtt.settings import Authenticator, Authorizer, Limits, Listener, Mqt
 from boxmq.mqtt.tls import TlsFileError, server_context
 from boxmq.store.commit import FsyncPolicy
 
-__all__ = ["Security", "ServeConfig", "load_config", "session_limit"]
+__all__ = ["Security", "ServeConfig", "load_config", "session_config"]
 
 DISPATCH_STRATEGIES: Final = tuple(d.value for d in Dispatch)
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
@@ -310,14 +310,14 @@ def _authenticated(
     return dataclasses.replace(mqtt, authenticator=authenticator, authorizer=authorizer)
 
 
-def session_limit(path: str | os.PathLike[str]) -> int:
-    """The `[mqtt.limits] max_session_expiry` of the config file at `path` (the default if it
-    sets none): what `boxmq serve --config` caps the sessions it finds on disk by, for
-    `boxmq session ls --config`. The whole file is checked as `load_config` checks it, so a
-    file serve refuses is refused in its words (a key out of its table or misspelt was taken,
-    its cap not applied); the password, ACL and TLS files it names are not read, which the
-    CLI's user may not read."""
-    return _load(Path(path), ServeConfig(), read_files=False).mqtt.limits.max_session_expiry
+def session_config(path: str | os.PathLike[str]) -> ServeConfig:
+    """The config file at `path` as `boxmq session ls --config` reads it: its `data` (the
+    root, unless --data is typed) and its `[mqtt.limits] max_session_expiry` (the default if
+    it sets none), what `boxmq serve --config` caps the sessions it finds on disk by. The
+    whole file is checked as `load_config` checks it, so a file serve refuses is refused in
+    its words (a key out of its table or misspelt was taken, its cap not applied); the
+    password, ACL and TLS files it names are not read, which the CLI's user may not read."""
+    return _load(Path(path), ServeConfig(), read_files=False)
 
 
 def _sets_nothing(document: dict[str, Any]) -> bool:

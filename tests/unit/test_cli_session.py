@@ -81,6 +81,35 @@ def test_ls_with_the_servers_config_shows_the_end_its_limit_gives(
     assert "max_session_expiry" in capsys.readouterr().err  # the file's error, as serve's
 
 
+def test_ls_with_the_servers_config_lists_the_root_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`session ls --config FILE` listed the sessions of ./data (or $BOXMQ_DATA), not of the
+    root the file's `data` names, which its server serves: "no persistent MQTT sessions".
+    The root is taken as serve takes it: --data typed, then the file's, then $BOXMQ_DATA."""
+    root = tmp_path / "etc" / "state"
+    root.mkdir(parents=True)
+    write_record(str(root), SessionRecord("c", 3600, disconnected_at=AT))
+    config = tmp_path / "etc" / "boxmq.toml"
+    config.write_text('data = "state"\n[mqtt.limits]\nmax_session_expiry = "1m"\n')
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "data").mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.delenv("BOXMQ_DATA", raising=False)
+    assert cli.main(["--json", "session", "ls", "--config", str(config)]) == 0
+    [shown] = json.loads(capsys.readouterr().out)
+    assert (shown["client_id"], shown["expiry"]) == ("c", 60)
+    monkeypatch.setenv("BOXMQ_DATA", str(elsewhere / "data"))  # the file wins over it
+    assert cli.main(["--json", "session", "ls", "--config", str(config)]) == 0
+    assert [s["client_id"] for s in json.loads(capsys.readouterr().out)] == ["c"]
+    typed = ["--data", str(elsewhere / "data"), "--json", "session", "ls", "--config", str(config)]
+    assert cli.main(typed) == 0  # a typed --data wins over the file
+    assert json.loads(capsys.readouterr().out) == []
+    config.write_text('[mqtt.limits]\nmax_session_expiry = "1m"\n')  # no data: $BOXMQ_DATA
+    assert cli.main(["--json", "session", "ls", "--config", str(config)]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
 @pytest.mark.parametrize(
     "text",
     [
