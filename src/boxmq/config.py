@@ -240,7 +240,7 @@ def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:
     files it names (`session_limit`): their keys are checked, their listeners' TLS contexts
     left None and no authenticator or authorizer made."""
     document = _read_toml(source)
-    top = Table(document, source=source, homes=_homes())
+    top = Table(document, source=source, homes=_homes(), foreign=MOSQUITTO_KEYS)
     listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
     fsync = top.choice("fsync", FsyncPolicy.words())
@@ -503,7 +503,28 @@ def _toml_hint(problem: str, line: str) -> str | None:
             'a backslash begins an escape in a "..." string: write it in single quotes, where '
             f"it is plain, '{plain}'"
         )
+    if problem.startswith("Expected '=' after a key") and (mosquitto := _mosquitto_line(line)):
+        return mosquitto
     return next((hint for start, hint in _TOML_HINTS if problem.startswith(start)), None)
+
+
+def _mosquitto_line(line: str) -> str | None:
+    """What to write for a mosquitto.conf line (`allow_anonymous false`, `listener 1883`:
+    a name, a space, its value), None for a line that is none."""
+    name, _, value = line.partition(" ")
+    value = value.strip()
+    homes = _homes()
+    if not value or (name not in MOSQUITTO_KEYS and name not in _MOSQUITTO_SHARED):
+        return None
+    said = "a mosquitto.conf line; this file is TOML, one key = value a line under its [table]"
+    if name == "listener":
+        port, _, host = value.partition(" ")
+        where = f", host = {json.dumps(host.strip())}" if host.strip() else ""
+        return f"{said}: write [[mqtt.listener]] and below it port = {port}{where}"
+    if name in MOSQUITTO_KEYS:
+        return f"{said}: {MOSQUITTO_KEYS[name]}"
+    written = value if value in ("true", "false") or value.isdigit() else json.dumps(value)
+    return f"{said}: write {name} = {written}, {homes[name].split(', as ')[0]}"
 
 
 def _toml_error_at_end(message: str, text: str) -> str:
@@ -569,6 +590,54 @@ def _homes() -> dict[str, str]:
         where = homes[table].removesuffix(", above the first [table] header")
         homes[table] = f"{where}, as {kind}{header}"
     return homes
+
+
+# mosquitto.conf's names that boxmq's file does not take, and what to write instead: a user
+# coming from mosquitto writes its names, and was told only to check their spelling. Those
+# boxmq shares with it (allow_anonymous, password_file, acl_file, max_connections, port, ...)
+# are its own keys, told their table when written elsewhere (`_homes`).
+_IN_TLS: Final = "in a listener's tls table (tls = { ... } in its [[mqtt.listener]])"
+MOSQUITTO_KEYS: Final = {
+    name: f"{name} is mosquitto.conf's; boxmq "
+    + (instead if instead.startswith(("keeps", "has")) else f"names it {instead}")
+    for name, instead in {
+        "bind_address": "host, in [[mqtt.listener]]",
+        "bind_interface": "host (the interface's address), in [[mqtt.listener]]",
+        "persistence": "keeps every message on disk under data, always: leave it out",
+        "persistence_location": "data, at the top of the file",
+        "persistence_file": "has none: each message is a file under data",
+        "autosave_interval": "fsync (and fsync_interval), at the top of the file",
+        "autosave_on_changes": "fsync (and fsync_interval), at the top of the file",
+        "cafile": f"ca, {_IN_TLS}",
+        "capath": f"ca (one file of CA certificates), {_IN_TLS}",
+        "certfile": f"cert, {_IN_TLS}",
+        "keyfile": f"key, {_IN_TLS}",
+        "require_certificate": f"require_client_cert, {_IN_TLS}",
+        "use_identity_as_username": f"identity_as_username, {_IN_TLS}",
+        "max_inflight_messages": "max_inflight, in [mqtt.limits]",
+        "max_queued_messages": "max_queued, in [mqtt.limits]",
+        "message_size_limit": "max_packet_size, in [mqtt.limits]",
+        "persistent_client_expiration": "max_session_expiry, in [mqtt.limits]",
+        "log_type": "log_level (debug, info, warning, error), at the top of the file",
+        "log_dest": "has none: serve logs to its standard error",
+        "per_listener_settings": "has none: [security] holds for every listener",
+    }.items()
+}
+
+
+# mosquitto.conf's names that are boxmq's keys too (in their own tables).
+_MOSQUITTO_SHARED: Final = (
+    "listener",
+    "port",
+    "allow_anonymous",
+    "password_file",
+    "acl_file",
+    "max_connections",
+    "max_keepalive",
+    "max_packet_size",
+    "max_queued_bytes",
+    "sys_interval",
+)
 
 
 # The keys of the file that are tables, and the header each is written with.

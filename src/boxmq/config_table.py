@@ -33,6 +33,7 @@ class Table:
         source: Path,
         path: str = "",
         homes: Mapping[str, str] | None = None,
+        foreign: Mapping[str, str] | None = None,
     ) -> None:
         self._values = values
         self._source = source
@@ -40,6 +41,8 @@ class Table:
         self._used: set[str] = set()
         # Where each key of the file goes ("in [mqtt.limits]"), said of one found elsewhere.
         self._homes: Mapping[str, str] = homes or {}
+        # Keys of another program's file (mosquitto.conf's) with what to write instead.
+        self._foreign: Mapping[str, str] = foreign or {}
 
     def error(self, key: str, problem: str) -> InvalidArgument:
         return InvalidArgument(f"{self._source}: {self._key(key)}: {problem}")
@@ -261,7 +264,13 @@ class Table:
             else:
                 write = f"write its keys below a [{header}] header, or {key} = {{ {example} }}"
             raise self.error(key, f"expected a table, got {_kind(value)}: {write}")
-        return Table(value, source=self._source, path=self._key(key), homes=self._homes)
+        return Table(
+            value,
+            source=self._source,
+            path=self._key(key),
+            homes=self._homes,
+            foreign=self._foreign,
+        )
 
     def tables(self, key: str, *, if_empty: str) -> Iterator[Table]:
         """An array of tables ([[key]]), numbered from 1 in messages. An empty one (`key = []`)
@@ -276,13 +285,17 @@ class Table:
             raise self.error(key, f"expected tables ([[{self._key(key)}]]), got {_kind(value)}")
         for index, item in enumerate(value, start=1):
             path = f"{self._key(key)}[{index}]"
-            yield Table(item, source=self._source, path=path, homes=self._homes)
+            yield Table(
+                item, source=self._source, path=path, homes=self._homes, foreign=self._foreign
+            )
 
     def finish(self) -> None:
         unknown = sorted(set(self._values) - self._used)
         if not unknown:
             return
         home = self._homes.get(unknown[0])
+        if home is None and (instead := self._foreign.get(unknown[0])) is not None:
+            raise self.error(unknown[0], f"unknown key: {instead}")
         if home is None:
             # A misspelling of a key of the file: the key meant, and its table if another.
             close = difflib.get_close_matches(unknown[0], self._homes, n=1, cutoff=0.75)

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq import cli, cli_parser
+from boxmq import config as config_module
 from boxmq.cli_serve import describe_security, mqtt_settings, security_warnings
 from boxmq.config import LIMITS_HIGHEST, LIMITS_LOWEST, Security, ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
@@ -207,6 +208,20 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("[share_groups.etl]\ndispath = 'sticky'", "share_groups.etl.dispath: unknown key"),
         ("[share_groups]\netl = 'sticky'", "share_groups.etl: expected a table"),
         ("mqtt = 3", "mqtt: expected a table, got an integer: write its keys below a [mqtt] "),
+        # mosquitto.conf's names: boxmq's for each, not "check its spelling".
+        (
+            "persistence = true",
+            "persistence: unknown key: persistence is mosquitto.conf's; boxmq keeps every "
+            "message on disk under data, always: leave it out",
+        ),
+        (
+            "[[mqtt.listener]]\ncafile = 'ca.pem'",
+            "mqtt.listener[1].cafile: unknown key: cafile is mosquitto.conf's; boxmq names it "
+            "ca, in a listener's tls table (tls = { ... } in its [[mqtt.listener]])",
+        ),
+        ("[mqtt.limits]\nmax_inflight_messages = 5", "boxmq names it max_inflight, in [mqtt.l"),
+        ("log_type = 'all'", "log_type: unknown key: log_type is mosquitto.conf's; boxmq names"),
+        ("[security]\nper_listener_settings = true", "boxmq has none: [security] holds for ev"),
         # A value, or a header of its own, where a table goes: the header said was none a
         # file can have ([mqtt.listener[1].tls]).
         (
@@ -536,6 +551,32 @@ def test_only_a_duration_past_100_years_is_told_the_integer_to_write(
         (
             'fsync: "never"',
             "Expected '=' after a key in a key/value pair (at line 1, column 6): fsync: \"never\" "
+            '(one key = value a line, the key one word: fsync = "never", max_connections = 5)',
+        ),
+        # A mosquitto.conf line ("name value"): what boxmq's file writes for it.
+        (
+            "allow_anonymous false",
+            "Expected '=' after a key in a key/value pair (at line 1, column 17): "
+            "allow_anonymous false (a mosquitto.conf line; this file is TOML, one key = value a "
+            "line under its [table]: write allow_anonymous = false, in [security])",
+        ),
+        (
+            "listener 8883 0.0.0.0",
+            "Expected '=' after a key in a key/value pair (at line 1, column 10): listener 8883 "
+            "0.0.0.0 (a mosquitto.conf line; this file is TOML, one key = value a line under its "
+            '[table]: write [[mqtt.listener]] and below it port = 8883, host = "0.0.0.0")',
+        ),
+        (
+            "persistence true",
+            "Expected '=' after a key in a key/value pair (at line 1, column 13): persistence "
+            "true (a mosquitto.conf line; this file is TOML, one key = value a line under its "
+            "[table]: persistence is mosquitto.conf's; boxmq keeps every message on disk under "
+            "data, always: leave it out)",
+        ),
+        # boxmq's own key, no mosquitto name: no word of mosquitto.
+        (
+            "fsync always",
+            "Expected '=' after a key in a key/value pair (at line 1, column 7): fsync always "
             '(one key = value a line, the key one word: fsync = "never", max_connections = 5)',
         ),
         # A Windows path: a backslash begins an escape in a "..." string.
@@ -913,6 +954,17 @@ def test_the_file_wins_over_boxmq_data_and_a_typed_flag_over_the_file(
     assert config.mqtt.sys_interval == 1
     config = serve_config(cli_parser.parser().parse_args(["serve"]))
     assert config.data == tmp_path / "from-env"  # no file, no flag: the environment
+
+
+def test_each_mosquitto_name_hinted_is_no_key_of_boxmq_and_names_one() -> None:
+    """A mosquitto.conf name that is boxmq's key too is told its table (`_homes`), never this
+    hint; each hint names a key the file takes."""
+    homes = config_module._homes()
+    for name, hint in config_module.MOSQUITTO_KEYS.items():
+        assert name not in homes, name
+        named = re.fullmatch(rf"{name} is mosquitto.conf's; boxmq names it (\w+)[ ,].*", hint)
+        assert named is None or named[1] in homes, hint
+    assert all(name in homes for name in config_module._MOSQUITTO_SHARED)
 
 
 def test_the_start_up_line_of_the_acl_counts_each_part_of_it(tmp_path: Path) -> None:
