@@ -9,8 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from harness.output import read_until
 
+from boxmq.errors import InvalidArgument
 from boxmq.mqtt.passwords import PasswordFile
 
 
@@ -42,6 +44,22 @@ def test_add_change_and_delete_users(tmp_path: Path) -> None:
     assert deleted.stdout == f"deleted user bob from {path}\n"
     assert PasswordFile.load(path).users() == ("alice",)
     assert not (tmp_path / "data").exists()  # passwd opens no root folder
+
+
+def test_a_user_written_twice_is_deleted_from_both_lines(tmp_path: Path) -> None:
+    """A file edited by hand with alice on two lines: `--delete` said "deleted" and removed the
+    first, and alice still got in with the second's password."""
+    path = tmp_path / "passwd"
+    for user, password in (("alice", "one"), ("bob", "two"), ("alice", "three")):
+        old = path.read_text() if path.exists() else ""
+        path.unlink(missing_ok=True)
+        assert passwd(str(path), user, "--password", password).returncode == 0
+        path.write_text(old + path.read_text())  # appended by hand, as an editor would
+    with pytest.raises(InvalidArgument, match="user 'alice' appears twice, on lines 1 and 3"):
+        PasswordFile.load(path)
+    deleted = passwd(str(path), "alice", "--delete")
+    assert deleted.stdout == f"deleted user alice from {path}\n", deleted.stderr
+    assert PasswordFile.load(path).users() == ("bob",)
 
 
 def test_a_rewrite_keeps_the_mode_and_owner_given_to_the_file(tmp_path: Path) -> None:

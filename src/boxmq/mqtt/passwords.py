@@ -25,9 +25,10 @@ import hmac
 import logging
 import os
 import secrets
+import shlex
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -366,52 +367,64 @@ def _is_entry(line: str) -> bool:
 
 
 def _parse_entries(
-    path: Path, lines: list[str], *, replaced: int | None = None
+    path: Path, lines: list[str], *, replaced: Collection[int] = ()
 ) -> Iterable[PasswordEntry]:
-    """The entries of `lines`, but the one at index `replaced`, which is being set again or
-    deleted: that is how a damaged entry, or a password in plain text, is mended."""
-    seen: set[str] = set()
+    """The entries of `lines`, but those at the indexes `replaced`, which are being set again
+    or deleted: that is how a damaged entry, a password in plain text, or a user written on
+    two lines, is mended."""
+    seen: dict[str, int] = {}  # each user's line
     for number, line in enumerate(lines, start=1):
-        if not _is_entry(line) or number - 1 == replaced:
+        if not _is_entry(line) or number - 1 in replaced:
             continue
         try:
             entry = PasswordEntry.parse(line.strip())
         except InvalidArgument as error:
             raise InvalidArgument(f"{path}:{number}: {error}") from None
-        if entry.username in seen:
-            raise InvalidArgument(f"{path}:{number}: user {entry.username!r} appears twice")
-        seen.add(entry.username)
+        name = entry.username
+        if name in seen:
+            # Which one a broker took would be the file's order, and a user "deleted" by
+            # removing one line still got in with the other's password.
+            raise InvalidArgument(
+                f"{path}:{number}: user {name!r} appears twice, on lines {seen[name]} and "
+                f"{number}: keep one of them (`boxmq passwd {shlex.quote(str(path))} "
+                f"{shlex.quote(name)}` sets a password on one line, `--delete` removes both)"
+            )
+        seen[name] = number
         yield entry
 
 
 def set_password(path: str | os.PathLike[str], username: str, password: bytes) -> bool:
-    """Add the user or change their password; create the file if needed. True if added."""
+    """Add the user or change their password; create the file if needed. True if added. A
+    user on more than one line is left on the first, with the new password."""
     target = _followed(path)
     entry = hash_password(username, password)  # the slow part, outside the lock
     with _editing(target):
         lines = _read_lines(target) if target.exists() else []
-        index = _find(lines, username)
-        # Never rewrite a file we cannot read back, but for the line being replaced.
-        list(_parse_entries(target, lines, replaced=index))
-        if index is None:
+        found = _find(lines, username)
+        # Never rewrite a file we cannot read back, but for the lines being replaced.
+        list(_parse_entries(target, lines, replaced=found))
+        if not found:
             lines.append(str(entry))
         else:
-            lines[index] = str(entry)
+            lines[found[0]] = str(entry)
+            lines = [line for index, line in enumerate(lines) if index not in found[1:]]
         _write_atomically(target, lines)
-    return index is None
+    return not found
 
 
 def delete_user(path: str | os.PathLike[str], username: str) -> None:
-    """Remove the user; InvalidArgument if the file or the user does not exist."""
+    """Remove the user, from every line that names them (a file written by hand may have
+    two, and deleting one would leave the other's password in force, as mosquitto_passwd -D
+    removes them all); InvalidArgument if the file or the user does not exist."""
     target = _followed(path)
     with _editing(target):
         lines = _read_lines(target)
-        index = _find(lines, username)
-        # Never rewrite a file we cannot read back, but for the line being deleted.
-        list(_parse_entries(target, lines, replaced=index))
-        if index is None:
+        found = _find(lines, username)
+        # Never rewrite a file we cannot read back, but for the lines being deleted.
+        list(_parse_entries(target, lines, replaced=found))
+        if not found:
             raise InvalidArgument(f"user {username!r} is not in {target}")
-        del lines[index]
+        lines = [line for index, line in enumerate(lines) if index not in found]
         _write_atomically(target, lines)
 
 
@@ -423,11 +436,13 @@ def _followed(path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _find(lines: list[str], username: str) -> int | None:
-    for index, line in enumerate(lines):
-        if _is_entry(line) and line.strip().rpartition(":")[0] == username:
-            return index
-    return None
+def _find(lines: list[str], username: str) -> list[int]:
+    """The indexes of the lines of `username`'s entry: one, unless written twice by hand."""
+    return [
+        index
+        for index, line in enumerate(lines)
+        if _is_entry(line) and line.strip().rpartition(":")[0] == username
+    ]
 
 
 @contextlib.contextmanager

@@ -178,8 +178,26 @@ def test_a_byte_order_mark_is_not_part_of_the_first_user_name(tmp_path: Path) ->
 
 def test_a_user_twice_is_an_error(tmp_path: Path) -> None:
     path = _file(tmp_path, ("alice", b"a"), ("alice", b"b"))
-    with pytest.raises(InvalidArgument, match=r"passwd:4: user 'alice' appears twice"):
+    with pytest.raises(InvalidArgument) as caught:
         PasswordFile.load(path)
+    assert str(caught.value) == (
+        f"{path}:4: user 'alice' appears twice, on lines 3 and 4: keep one of them (`boxmq "
+        f"passwd {path} alice` sets a password on one line, `--delete` removes both)"
+    )
+
+
+def test_a_user_on_two_lines_is_deleted_from_both_and_set_on_one(tmp_path: Path) -> None:
+    """`--delete` removed the first line alone and said "deleted": the user still got in with
+    the second line's password. Setting a password left the second line, and the file was
+    still refused at serve's start."""
+    path = _file(tmp_path, ("alice", b"a"), ("bob", b"b"), ("alice", b"c"))
+    delete_user(path, "alice")
+    assert PasswordFile.load(path).users() == ("bob",)
+    path = _file(tmp_path, ("alice", b"a"), ("bob", b"b"), ("alice", b"c"))
+    assert set_password(path, "alice", b"new") is False
+    users = PasswordFile.load(path)
+    assert users.users() == ("alice", "bob")  # on the first line, where it was
+    assert users.authenticate("alice", b"new", "c")
 
 
 def test_set_password_creates_changes_and_keeps_comments(tmp_path: Path) -> None:
