@@ -464,11 +464,9 @@ class _TlsHandshake(asyncio.Protocol):
         if self._identity:
             protocol.identity = _common_name(tls.get_extra_info("peercert"))
             if protocol.identity is None:
-                log.info(
-                    "%s: closing: the client's certificate has no Common Name, which this "
-                    "listener takes as its user name (identity_as_username)",
-                    peer,
-                )
+                # Told once, then counted by client host, as a failed handshake: a device
+                # that retries with its certificate wrote a line a try.
+                self._server.protocol_failed(peer, _NO_COMMON_NAME)
                 tls.abort()
                 return
         self._next = protocol
@@ -502,6 +500,12 @@ class _TlsHandshake(asyncio.Protocol):
             self._lost.append(exc)
         else:
             self._next.connection_lost(exc)
+
+
+_NO_COMMON_NAME: Final = (
+    "the client's certificate has no Common Name, which this listener takes as its user name "
+    "(identity_as_username)"
+)
 
 
 def _common_name(certificate: object) -> str | None:

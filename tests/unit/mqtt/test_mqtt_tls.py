@@ -745,3 +745,40 @@ def test_a_wall_clock_stepped_forward_during_a_tls_handshake_does_not_close_its_
             client.close()
 
     asyncio.run(run())
+
+
+def test_a_certificate_without_a_common_name_is_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """identity_as_username: a device whose certificate names no user, retrying in a loop,
+    wrote a line a try; it is told as a socket closed for a protocol error is."""
+    cert, key = _self_signed(tmp_path, "localhost")
+    ca = _self_signed(tmp_path, "clients-ca")
+    nameless = _signed_by(tmp_path, "nameless", ca, subject="/O=devices")  # no Common Name
+    listener = Listener(
+        "127.0.0.1", 0, ssl=server_context(cert, key, ca=ca[0]), identity_as_username=True
+    )
+    clock = ManualClock()
+    words = "the client's certificate has no Common Name, which this listener takes as its user"
+
+    def told() -> list[str]:
+        return logged(caplog, "no Common Name")
+
+    async def run() -> None:
+        async with _serving(tmp_path, MqttSettings(listeners=(listener,)), clock) as (server, port):
+            for _ in range(3):
+                await asyncio.to_thread(_with_certificate, port, cert, nameless)
+            while server.handshakes:  # the server's side of the last ones, which log them
+                await asyncio.wait(set(server.handshakes))
+            [line] = told()
+            assert line.startswith("127.0.0.1:")
+            assert f": closing: {words}" in line
+            clock.advance(10)
+            server.tell_failed_handshakes(now=clock.now())
+            assert told()[1] == (
+                f"127.0.0.1: 2 more connection(s) closed in the last 10s: {words} name "
+                "(identity_as_username)"
+            )
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        asyncio.run(run())
