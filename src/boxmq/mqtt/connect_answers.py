@@ -224,9 +224,11 @@ class ConnectAnswers:
         if assigned is None and self._resuming.belongs_to_another(
             client_id, packet.username, record
         ):
-            log.warning(
-                "%s refused: its session belongs to another user", connecting(client, packet)
-            )
+            # Told once, then counted by client host, as other refusals: a device of another
+            # user retrying with the client id wrote a warning a try.
+            words = "its session belongs to another user"
+            if self._refusals.dropped((client.link.peer.host, words), now=self._clock.now()):
+                log.warning("%s refused: %s", connecting(client, packet), words)
             self._refuse(client, _R.CLIENT_IDENTIFIER_NOT_VALID)
             return
         expiry = expiry_of(packet, self._limits)

@@ -3,12 +3,20 @@ its client id, and what the ACL no longer allows after a restart is not delivere
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 from pathlib import Path
 
 import pytest
 from tests.integration.mqtt.clients import Paho, paho, start_server
+from tests.integration.mqtt.raw import connect_packet_311
+from tests.waiting import logged
 
-from boxmq.mqtt.settings import MqttSettings
+import boxmq
+from boxmq.clock import ManualClock
+from boxmq.mqtt.server import MqttServer
+from boxmq.mqtt.settings import Listener, MqttSettings
 
 USERS = {"alice": b"wonderland", "bob": b"builder"}
 
@@ -81,3 +89,47 @@ def test_a_subscription_the_acl_no_longer_allows_is_removed_at_resumption(
         sender.publish("alice/news", b"public", 1)
         assert back.next().payload == b"public"
         assert back.nothing(within=0.5)
+
+
+def _connect(port: int, user: str) -> bytes:
+    """A 3.1.1 CONNECT of client id "laptop", persistent, as `user`: its CONNACK."""
+    connect = connect_packet_311("laptop", clean=False, username=user, password=USERS[user])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(connect)
+        return client.recv(4)
+
+
+def test_a_refused_takeover_is_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another user's device retrying with a client id whose session is alice's wrote a
+    warning a try; as other refused CONNECTs, the first is told, the next counted."""
+    clock = ManualClock()
+    settings = MqttSettings(
+        listeners=(Listener("127.0.0.1", 0),), authenticator=Passwords(), authorizer=OwnTopics()
+    )
+    refused = "refused: its session belongs to another user"
+
+    async def run() -> None:
+        box = boxmq.open(tmp_path / "root", fsync="never")
+        server = MqttServer(box, settings, clock=clock)
+        try:
+            [(_, port)] = await server.start()
+            assert await asyncio.to_thread(_connect, port, "alice") == bytes.fromhex("20020000")
+            for _ in range(3):
+                answer = await asyncio.to_thread(_connect, port, "bob")
+                assert answer == bytes.fromhex("20020002")  # identifier rejected
+            [line] = logged(caplog, refused)
+            assert line.startswith("client 'laptop' (user 'bob', from 127.0.0.1:")
+            clock.advance(10)
+            server.broker.tick(clock.now())
+            assert logged(caplog, "more CONNECT(s)") == [
+                "127.0.0.1: 2 more CONNECT(s) refused in the last 10s: its session belongs to "
+                "another user"
+            ]
+        finally:
+            await server.close()
+            box.close()
+
+    with caplog.at_level(logging.INFO, logger="boxmq.mqtt"):
+        asyncio.run(run())
