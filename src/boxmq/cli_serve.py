@@ -232,6 +232,10 @@ def security_warnings(mqtt: MqttSettings | None) -> list[str]:
         warnings += _loose_mode(authenticator.path, "password file", stat.S_IROTH | _WRITABLE)
     if isinstance(authorizer, Acl):
         warnings += _loose_mode(authorizer.path, "ACL file", _WRITABLE)
+    # Each TLS private key once, however many listeners share it (ssh refuses a key others
+    # may read; the broker only warns, as of the password file).
+    for key in dict.fromkeys(o.tls_key for o in mqtt.listeners if o.tls_key is not None):
+        warnings += _loose_mode(key, "TLS key file", _key_loose(key))
     if authenticator is None and by_name and by_password:
         warnings.append(
             "the ACL gives rights by user name, and without a password_file nobody checks the "
@@ -277,11 +281,26 @@ def security_warnings(mqtt: MqttSettings | None) -> list[str]:
 _WRITABLE = stat.S_IWGRP | stat.S_IWOTH
 
 
+def _key_loose(path: Path) -> int:
+    """What of a TLS key file's mode is too open: any read or write but its owner's, but the
+    group's read where that is how this broker reads it (a key of root's, group ssl-cert,
+    0640, read by a broker that runs as a member of ssl-cert)."""
+    loose = stat.S_IRGRP | stat.S_IROTH | _WRITABLE
+    try:
+        found = os.stat(path)
+    except OSError:
+        return loose
+    if found.st_uid != os.geteuid() and found.st_gid in {os.getegid(), *os.getgroups()}:
+        loose &= ~stat.S_IRGRP
+    return loose
+
+
 def _loose_mode(path: Path, what: str, loose: int) -> list[str]:
     """A warning when users of the machine other than the file's owner may read the password
     file's hashes (an offline guess at each password, with no log line and no scrypt cost
-    on the broker), or may write either file (add a user, give one any right), which takes
-    effect at the next start. mosquitto warns of such a password file too."""
+    on the broker) or the TLS private key (whoever has it can pass for the broker), or may
+    write any of them (add a user, give one any right, swap the key), which takes effect at
+    the next start. mosquitto warns of such a password file too, ssh of such a key."""
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
@@ -290,7 +309,7 @@ def _loose_mode(path: Path, what: str, loose: int) -> list[str]:
         return []
     can = " and ".join(
         verb
-        for bits, verb in ((stat.S_IROTH, "read"), (_WRITABLE, "change"))
+        for bits, verb in ((stat.S_IRGRP | stat.S_IROTH, "read"), (_WRITABLE, "change"))
         if mode & loose & bits
     )
     return [

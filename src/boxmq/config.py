@@ -818,15 +818,15 @@ def _listener(table: Table, *, read_files: bool) -> Listener:
         _check_host(table, host)
     host = host or Listener.host
     port = table.integer("port", low=0, high=65_535)
-    tls, identity = (
+    tls, identity, key = (
         _tls(table.table("tls", example=_TLS_EXAMPLE), read_files=read_files)
         if table.has("tls")
-        else (None, False)
+        else (None, False, None)
     )
     table.finish()
     if port is None:
         port = 8883 if table.has("tls") else Listener.port  # the IANA ports for MQTT
-    return Listener(host=host, port=port, ssl=tls, identity_as_username=identity)
+    return Listener(host=host, port=port, ssl=tls, identity_as_username=identity, tls_key=key)
 
 
 # A tls table's keys as the error of a tls that is no table shows them (`tls = "server.crt"`).
@@ -868,9 +868,10 @@ def _check_url(table: Table, host: str) -> None:
     raise table.error("host", f"{host!r} is a URL: write {write}" if name else f"{host!r} is a URL")
 
 
-def _tls(table: Table, *, read_files: bool) -> tuple[ssl.SSLContext | None, bool]:
-    """The listener's context (None, its keys checked alone, without `read_files`), and
-    whether its client certificates name their users."""
+def _tls(table: Table, *, read_files: bool) -> tuple[ssl.SSLContext | None, bool, Path | None]:
+    """The listener's context (None, its keys checked alone, without `read_files`), whether
+    its client certificates name their users, and the file of its private key (`key`, or
+    `cert` that holds it too; None without `read_files`)."""
     cert = table.path("cert")
     key = table.path("key")
     ca = table.path("ca")
@@ -895,10 +896,10 @@ def _tls(table: Table, *, read_files: bool) -> tuple[ssl.SSLContext | None, bool
             "(and require_client_cert left true)",
         )
     if not read_files:
-        return None, identity is True
+        return None, identity is True, None
     try:
         context = server_context(cert, key, ca=ca, require_client_cert=require is not False)
-        return context, identity is True
+        return context, identity is True, key or cert
     except TlsFileError as error:
         raise table.error(error.setting, str(error)) from None
 

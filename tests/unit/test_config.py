@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import os
 import re
 import shutil
 import ssl
@@ -823,6 +824,47 @@ def test_a_tls_listener_gets_a_context_and_port_8883(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_tls_key_other_users_may_read_is_warned_of_once_with_its_chmod(tmp_path: Path) -> None:
+    """A private key any user of the machine could read (0644: pasted into an editor, or
+    written with `cat >`, under umask 022) let them pass for the broker, and nothing said so;
+    ssh refuses such a key, serve warns at start, once a file."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(tmp_path / "k.pem"),
+         "-out", str(tmp_path / "c.pem")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    key = tmp_path / "k.pem"
+    two = "[[mqtt.listener]]\nport = 0\ntls = { cert = 'c.pem', key = 'k.pem' }\n" * 2
+    path = _write(tmp_path, two)
+    for mode, loose in ((0o644, "0644"), (0o640, "0640"), (0o604, "0604")):
+        key.chmod(mode)
+        assert security_warnings(load_config(path).mqtt) == [
+            f"the TLS key file {key} has mode {loose}: users of this machine other than its "
+            f"owner may read it (chmod 0600 {key})"
+        ]
+    key.chmod(0o660)
+    [line] = security_warnings(load_config(path).mqtt)
+    assert line.endswith(f"may read and change it (chmod 0600 {key})")
+    key.chmod(0o600)
+    assert security_warnings(load_config(path).mqtt) == []
+    if os.geteuid() == 0:  # a key of another user, read through a group of this process
+        os.chown(key, 65534, os.getegid())
+        key.chmod(0o640)
+        assert security_warnings(load_config(path).mqtt) == []
+        os.chown(key, 0, os.getegid())
+    # The key in the certificate's file: that file is the key's.
+    (tmp_path / "both.pem").write_text(key.read_text() + (tmp_path / "c.pem").read_text())
+    (tmp_path / "both.pem").chmod(0o644)
+    both = _write(tmp_path, "[[mqtt.listener]]\ntls = { cert = 'both.pem' }\n")
+    [line] = security_warnings(load_config(both).mqtt)
+    assert line.startswith(f"the TLS key file {tmp_path / 'both.pem'} has mode 0644")
+    # Replaced by --mqtt, the TLS listener is not opened: its key is nobody's business.
+    plain = dataclasses.replace(load_config(both).mqtt, listeners=(Listener(),))
+    assert security_warnings(plain) == []
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_a_tls_error_names_the_key_of_the_file_at_fault(tmp_path: Path) -> None:
     for name in ("a", "b"):
         subprocess.run(
@@ -885,7 +927,7 @@ def test_the_example_shows_every_key_of_the_settings() -> None:
         | {"security", "mqtt", "fsync_interval_from_file", "file_sets_nothing"}
         | {"data_from_file"},
         "MqttSettings": {"listeners", "limits", "authenticator", "authorizer"},
-        "Listener": {"ssl", "identity_as_username"},  # written tls = {...}, with it
+        "Listener": {"ssl", "identity_as_username", "tls_key"},  # written tls = {...}, with it
         "Security": set(),
     }
     for settings in (ServeConfig, MqttSettings, Listener, Security):

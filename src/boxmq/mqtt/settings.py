@@ -11,6 +11,7 @@ import ipaddress
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 __all__ = [
@@ -37,6 +38,9 @@ class Listener:
     # name, and the CONNECT's user name and password are not asked (mosquitto's
     # use_identity_as_username).
     identity_as_username: bool = False
+    # The file the TLS private key was read from (`key`, or `cert` holding it too): serve
+    # warns at start of one that other users of the machine may read.
+    tls_key: Path | None = None
 
     def __str__(self) -> str:
         return listener_url(self.host, self.port, tls=self.ssl is not None)
