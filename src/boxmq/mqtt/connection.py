@@ -82,6 +82,8 @@ _CONNECT_HEAD: Final = 5 + _NAME_AND_LEVEL
 # ClientHello's record header, 0x16 0x03) or "PUBACK before CONNECT" (GET).
 _TLS_RECORD: Final = b"\x16\x03"
 _HTTP_METHODS: Final = (b"GET ", b"HEAD ", b"POST ", b"PUT ", b"DELETE ", b"OPTIONS ", b"PATCH ")
+_HTTP_LONGEST: Final = max(len(method) for method in _HTTP_METHODS)
+_HTTP_REQUEST: Final = "an HTTP request, not MQTT"
 # What a CONNACK over the client's Maximum Packet Size goes without (`_shortened`). The
 # four availabilities are sent as 1, which their absence means too (MQTT 5.0 §3.2.2.3: "if
 # not present, then ... supported"): an assigned client id and a told Session Expiry
@@ -184,6 +186,16 @@ class Connection:
         answered in its version (`_connect`); a 3.1.1 one has no such code and is closed."""
         try:
             yield from frames
+            # An HTTP request shorter than the frame its first bytes read as ("GET " is a
+            # PUBACK of 69 bytes): a health check waits for an answer, and was closed at
+            # connect_timeout as a socket that sent nothing ("no CONNECT within 10s"), or
+            # said nothing at all if its client gave up first.
+            if (
+                self.version is None
+                and not self._reader.frames_read
+                and self._reader.head(_HTTP_LONGEST).startswith(_HTTP_METHODS)
+            ):
+                raise MalformedPacket(_HTTP_REQUEST)
         except PacketTooLarge:
             if self.version is None:
                 head = self._reader.head(_CONNECT_HEAD)
@@ -513,5 +525,5 @@ def _other_protocol(frame: Frame) -> str | None:
             "plain port?)"
         )
     if start.startswith(_HTTP_METHODS):
-        return "an HTTP request, not MQTT"
+        return _HTTP_REQUEST
     return None

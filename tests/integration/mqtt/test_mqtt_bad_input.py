@@ -418,3 +418,31 @@ def test_a_connect_refused_for_its_maximum_packet_size_leaves_the_session_alone(
         assert _exchange(server, _connect_limited("kept", 10, expiry=300)).hex() == "2003009500"
         first.sendall(bytes([0xC0, 0]))  # PINGREQ
         assert read(first) == (0xD0, b"")  # PINGRESP: not taken over
+
+
+@pytest.mark.parametrize(
+    ("request_", "closes"),
+    [
+        (b"GET /health HTTP/1.0\r\n\r\n", False),  # whole, its client waiting for an answer
+        (b"GET /mqtt HTTP/1.1\r\nHost: loc", True),  # cut short: its client gone mid-headers
+    ],
+    ids=["whole", "cut-short"],
+)
+def test_a_short_http_request_is_named_and_closed_at_once(
+    server: RunningServer, caplog: pytest.LogCaptureFixture, request_: bytes, closes: bool
+) -> None:
+    """An HTTP request shorter than the 69-byte frame "GET " announces waited for the rest:
+    the server closed it at connect_timeout (10 s) as "no CONNECT within 10s", or said
+    nothing if its client gave up first. It is named as a longer one is, and closed now."""
+    with (
+        caplog.at_level(logging.INFO, logger="boxmq.mqtt"),
+        socket.create_connection((server.host, server.port), timeout=5) as browser,
+    ):
+        began = time.monotonic()
+        browser.sendall(request_)
+        if closes:
+            browser.shutdown(socket.SHUT_WR)
+        assert browser.recv(100) == b""  # closed, with nothing sent
+        assert time.monotonic() - began < 3
+    [line] = logged(caplog, ": closing: ")
+    assert line.endswith(": closing: an HTTP request, not MQTT (nothing sent)"), line

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.errors import InvalidArgument, PacketTooLarge, ProtocolViolation
+from boxmq.errors import InvalidArgument, MalformedPacket, PacketTooLarge, ProtocolViolation
 from boxmq.mqtt.codec import encode
 from boxmq.mqtt.connection import Connection
 from boxmq.mqtt.errors import ProtocolError, ReceiveMaximumExceeded, TopicAliasInvalid
@@ -328,3 +328,30 @@ def test_a_pubcomp_for_a_pubrel_never_counted_frees_no_place_under_receive_maxim
         answer(connection, packet_id)
     with pytest.raises(ReceiveMaximumExceeded):
         connection.receive(_publish("a", qos=2, packet_id=3), now=1)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n",  # 35 bytes: 'E' said a frame of 69
+        b"HEAD / HTTP/1.0\r\n\r\n",
+        b"OPTIONS * HTTP/1.1\r\n\r\n",
+        b"GET /mqtt HTTP/1.1\r\nHo",  # cut short, its client gone before the rest
+    ],
+)
+def test_an_http_request_shorter_than_its_first_frame_is_said_at_once(request_: bytes) -> None:
+    """ "GET " reads as the fixed header of a 69-byte PUBACK: a shorter request (a health
+    check's, waiting for its answer) was no whole frame, so nothing was said until
+    connect_timeout closed it as a socket without a CONNECT."""
+    connection = Connection(max_packet_size=1024, receive_maximum=2, topic_alias_maximum=4, now=0)
+    with pytest.raises(MalformedPacket, match=r"^an HTTP request, not MQTT$"):
+        connection.receive(request_, 0)
+
+
+def test_the_first_bytes_of_a_connect_or_of_a_method_are_waited_for() -> None:
+    """Too few bytes to tell a method ("GE"), or a CONNECT in pieces: no error, no packet."""
+    for start in (b"GE", b"OPTIONS", b"\x10\x0c\x00\x04MQ"):
+        connection = Connection(
+            max_packet_size=1024, receive_maximum=2, topic_alias_maximum=4, now=0
+        )
+        assert connection.receive(start, 0) == []
