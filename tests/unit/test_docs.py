@@ -1141,3 +1141,24 @@ def test_every_sys_topic_is_a_row_of_mqtt_md_s_table_of_them() -> None:
     assert {"$SYS/broker/version", "$SYS/broker/bytes/sent"} <= published
     text = (DOCS / "mqtt.md").read_text(encoding="utf-8")
     assert set(re.findall(r"^\| `(\$SYS/[^`]*)` \|", text, re.M)) == published
+
+
+def test_concepts_says_the_sweeps_times_as_the_code_has_them() -> None:
+    """docs/concepts.md's section on the sweep names its times in words: each is the one the
+    code uses (a change of a default there leaves the page wrong otherwise)."""
+    from boxmq.client.box import open as open_box
+    from boxmq.client.housekeeping import FULL_SWEEP_EVERY
+    from boxmq.client.sweeps import EXPIRY_NAMES_PER_SECOND, SweepLimits
+
+    text = (REPO / "docs" / "concepts.md").read_text(encoding="utf-8")
+    section = " ".join(text.partition("## The sweep")[2].partition("\n## ")[0].split())
+    defaults = inspect.signature(open_box).parameters
+    limits = SweepLimits()
+    assert (FULL_SWEEP_EVERY, limits.foreign_lock_timeout) == (60.0, 300.0)
+    assert "once a minute" in section
+    assert "goes back 5 minutes after it was moved there" in section
+    assert f"every N / {EXPIRY_NAMES_PER_SECOND:,} s" in section
+    assert defaults["abandon_after"].default == 3600.0
+    assert "`abandon_after` (1 h)" in section
+    assert defaults["processed_retention"].default == 86400.0
+    assert "`processed_retention` (1 d)" in section
