@@ -158,17 +158,9 @@ def test_a_second_serve_of_the_component_on_the_same_root_is_refused_at_start(
         with boxmq.open(data, fsync="never") as box:
             first = asyncio.ensure_future(run_component(box, settings, stop))
             await asyncio.sleep(0.05)  # it holds the root's lock from its first step
-            second = _serve_at(port, data)
-            try:
-                output, _ = await asyncio.to_thread(second.communicate, timeout=20)
-            finally:
-                kill(second)
-            assert second.returncode == 1, output
-            assert "Traceback" not in output, output
-            refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
-            assert refused, output
+            refused = await asyncio.to_thread(_refused_at_start, _serve_at(port, data), 20)
             holder = f"process {os.getpid()}"
-            assert f"is served from {data} by another process ({holder})" in refused[-1]
+            assert f"is served from {data} by another process ({holder})" in refused
             assert not first.done()  # the first serves on
             stop.set()
             await first
@@ -184,18 +176,10 @@ def test_a_wrong_secret_stops_serve_with_a_message_that_says_what_to_fix(
 ) -> None:
     # docs/xmpp.md: a wrong secret stops it (`not-authorized`). Prosody's own text ("Given
     # token does not match calculated token") does not tell an operator what to change.
-    process = _serve(prosody, tmp_path / "data", secret="not-the-secret")
-    try:
-        output, _ = process.communicate(timeout=30)
-    finally:
-        kill(process)
-    assert process.returncode == 1, output
-    assert "Traceback" not in output, output
-    refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
-    assert refused, output
-    assert "not-authorized" in refused[-1]
-    assert "component_secret" in refused[-1]
-    assert "BOXMQ_XMPP_SECRET" in refused[-1]
+    refused = _refused_at_start(_serve(prosody, tmp_path / "data", secret="not-the-secret"))
+    assert "not-authorized" in refused
+    assert "component_secret" in refused
+    assert "BOXMQ_XMPP_SECRET" in refused
 
 
 def test_a_component_the_server_does_not_know_stops_serve_saying_what_to_fix(
@@ -205,23 +189,28 @@ def test_a_component_the_server_does_not_know_stops_serve_saying_what_to_fix(
     # host-unknown, final as a wrong secret is: retried, it would be refused each time.
     # Prosody's text ("... does not match any configured external components") names
     # neither the condition nor where the name comes from on boxmq's side.
-    process = _serve(prosody, tmp_path / "data", component="elsewhere.localhost")
+    refused = _refused_at_start(_serve(prosody, tmp_path / "data", component="elsewhere.localhost"))
+    assert refused.startswith(
+        "boxmq serve: the XMPP server refused component elsewhere.localhost: "
+    ), refused
+    assert "host-unknown" in refused
+    assert 'Component "elsewhere.localhost"' in refused
+    assert "--xmpp-component" in refused
+    # refused once, not retried until someone stops it
+    assert prosody.log().count("elsewhere.localhost does not match any configured") == 1
+
+
+def _refused_at_start(process: subprocess.Popen[str], timeout: float = 30) -> str:
+    """The last `boxmq serve: ` line of a serve refused at start: exit 1, no traceback."""
     try:
-        output, _ = process.communicate(timeout=30)
+        output, _ = process.communicate(timeout=timeout)
     finally:
-        kill(process)
+        kill(process)  # still running only if it did not end within `timeout`
     assert process.returncode == 1, output
     assert "Traceback" not in output, output
     refused = [line for line in output.splitlines() if line.startswith("boxmq serve: ")]
     assert refused, output
-    assert refused[-1].startswith(
-        "boxmq serve: the XMPP server refused component elsewhere.localhost: "
-    ), refused[-1]
-    assert "host-unknown" in refused[-1]
-    assert 'Component "elsewhere.localhost"' in refused[-1]
-    assert "--xmpp-component" in refused[-1]
-    # refused once, not retried until someone stops it
-    assert prosody.log().count("elsewhere.localhost does not match any configured") == 1
+    return refused[-1]
 
 
 def _served_across_a_kill(
