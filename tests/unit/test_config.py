@@ -806,14 +806,19 @@ def test_any_limits_table_reads_back_as_those_limits(limits: dict[str, Any]) -> 
     assert parsed.mqtt.limits == dataclasses.replace(Limits(), **limits)
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
-def test_a_tls_listener_gets_a_context_and_port_8883(tmp_path: Path) -> None:
+def _self_signed(key: Path, cert: Path) -> None:
+    """A P-256 key at `key` and a certificate for localhost it signs at `cert` (openssl)."""
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(tmp_path / "k.pem"),
-         "-out", str(tmp_path / "c.pem")],
+         "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(key),
+         "-out", str(cert)],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_tls_listener_gets_a_context_and_port_8883(tmp_path: Path) -> None:
+    _self_signed(tmp_path / "k.pem", tmp_path / "c.pem")
     path = _write(tmp_path, "[[mqtt.listener]]\ntls = { cert = 'c.pem', key = 'k.pem' }\n")
     [listener] = load_config(path).mqtt.listeners
     assert listener.port == 8883
@@ -828,12 +833,7 @@ def test_a_tls_key_other_users_may_read_is_warned_of_once_with_its_chmod(tmp_pat
     """A private key any user of the machine could read (0644: pasted into an editor, or
     written with `cat >`, under umask 022) let them pass for the broker, and nothing said so;
     ssh refuses such a key, serve warns at start, once a file."""
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout", str(tmp_path / "k.pem"),
-         "-out", str(tmp_path / "c.pem")],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    _self_signed(tmp_path / "k.pem", tmp_path / "c.pem")
     key = tmp_path / "k.pem"
     two = "[[mqtt.listener]]\nport = 0\ntls = { cert = 'c.pem', key = 'k.pem' }\n" * 2
     path = _write(tmp_path, two)
@@ -867,12 +867,7 @@ def test_a_tls_key_other_users_may_read_is_warned_of_once_with_its_chmod(tmp_pat
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_a_tls_error_names_the_key_of_the_file_at_fault(tmp_path: Path) -> None:
     for name in ("a", "b"):
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-             "-nodes", "-days", "1", "-subj", "/CN=localhost",
-             "-keyout", str(tmp_path / f"{name}.key"), "-out", str(tmp_path / f"{name}.crt")],
-            check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
+        _self_signed(tmp_path / f"{name}.key", tmp_path / f"{name}.crt")
     (tmp_path / "junk.pem").write_text("not pem\n")
     cases = [
         ("cert = 'none.crt', key = 'a.key'", "tls.cert: TLS certificate file"),
