@@ -437,7 +437,11 @@ class Spares:
             self._adopt()
             return
         with self._lock:
-            self._adopt_own_folders_of_the_dead()
+            if self._adopt_own_folders_of_the_dead():
+                # Within the limit, as the first adoption leaves it: a dead process's own
+                # spares moved in on top of a full shared pool made it grow by theirs.
+                for extra in _loose_files(self.path)[self.limit :]:
+                    remove_file(extra)
 
     def _adopt(self) -> None:
         """Once: take on the spares in the folder, those of ended processes' own folders
@@ -450,17 +454,19 @@ class Spares:
             for extra in self._look()[self.limit :]:
                 remove_file(extra)
 
-    def _adopt_own_folders_of_the_dead(self) -> None:
+    def _adopt_own_folders_of_the_dead(self) -> bool:
         """Move the files of every own folder whose process ended into the shared pool (as
-        this pool's spares), and remove the folder."""
+        this pool's spares), and remove the folder. Whether there was any."""
         try:
             with os.scandir(self.path) as entries:
                 folders = [e.path for e in entries if _OWN in e.name and e.is_dir()]
         except FileNotFoundError:
-            return
+            return False
+        dead = False
         for folder in folders:
             if process_alive(os.path.basename(folder).rpartition(_OWN)[0]) is not False:
                 continue  # alive, or another host's: not ours to touch
+            dead = True
             try:
                 with os.scandir(folder) as entries:
                     found = [entry.path for entry in entries]
@@ -480,18 +486,25 @@ class Spares:
                     rename_noreplace(path, self._prefix + str(next(self._numbers)))
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
+        return dead
 
     def _look(self) -> list[str]:
         """Take on up to `limit` spares found in the folder (other processes' too: a take is a
         rename, so two takers never get one file); every path found."""
         self._next_look = time.monotonic() + _LOOK_INTERVAL
-        try:
-            with os.scandir(self.path) as entries:
-                found = [entry.path for entry in entries if entry.is_file()]
-        except FileNotFoundError:
-            return []
+        found = _loose_files(self.path)
         self._names.extend((path, _UNKNOWN_SIZE) for path in found[: self.limit])
         return found
+
+
+def _loose_files(folder: str) -> list[str]:
+    """The paths of the files in the pool's `folder` (the shared spares), not of its own
+    folders; none if there is no such folder."""
+    try:
+        with os.scandir(folder) as entries:
+            return [entry.path for entry in entries if entry.is_file()]
+    except FileNotFoundError:
+        return []
 
 
 def write_new(path: str, body: bytes, spares: Spares | None) -> None:

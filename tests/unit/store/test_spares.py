@@ -617,3 +617,24 @@ def test_a_large_file_found_in_the_shared_pool_is_cut_to_the_body_written_into_i
     write_new(str(tmp_path / "next"), body, spares)
     assert (tmp_path / "next").read_bytes() == body
     assert pool(tmp_path) == []
+
+
+def test_a_sweep_taking_over_a_process_that_died_since_keeps_the_pool_within_its_limit(
+    tmp_path: Path,
+) -> None:
+    """The first adoption deletes the spares over the limit; a later sweep's full pass, which
+    takes over the own spares of a process that died since, moved them all into the shared
+    pool, which then held more than the limit for as long as the sweeper ran."""
+    sweeper = Spares(str(tmp_path), "sweeper", limit=4)
+    sweeper.take_over_the_dead()  # the first full pass: adopts what there is (nothing)
+    ended = Spares(str(tmp_path), "ended")
+    for index in range(4):
+        ended.give(finished(tmp_path, f"m{index}", b"old"))
+    ended.close()  # its own spares go to the shared pool: 4, the limit
+    crashed = Spares(str(tmp_path), dead_token())
+    for index in range(3):
+        crashed.give(finished(tmp_path, f"c{index}", b"old"))
+    # no close(): the process was killed
+    sweeper.take_over_the_dead()  # a later full pass
+    assert len(pool(tmp_path)) == 4
+    assert all(path.is_file() for path in (tmp_path / SPARE_DIR).iterdir())  # its folder gone
