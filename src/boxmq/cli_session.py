@@ -64,7 +64,7 @@ def read_config(args: argparse.Namespace) -> None:
 
 
 def ls(args: argparse.Namespace, box: Box) -> int:
-    limit = getattr(args, "session_limit", None)  # read_config's
+    limit = args.session_limit  # read_config's, before the root was opened
     chains = Chains(box.root, None)
     records = sorted(read_records(box.root), key=lambda r: r.client_id)
     sessions = [listed(r, chains, limit=limit) for r in records]

@@ -237,7 +237,7 @@ def load_config(
 
 def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:
     """The file, every key checked; `read_files` False for a reader that uses none of the
-    files it names (`session_limit`): their keys are checked, their listeners' TLS contexts
+    files it names (`session_config`): their keys are checked, their listeners' TLS contexts
     left None and no authenticator or authorizer made."""
     document = _read_toml(source)
     top = Table(document, source=source, homes=_homes(), foreign=MOSQUITTO_KEYS)
