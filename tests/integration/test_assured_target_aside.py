@@ -146,3 +146,38 @@ def test_a_copy_whose_target_goes_aside_during_its_fan_out_waits_for_it(
     assert not (subscribed / "working" / EXACTLY_ONCE_PENDING).exists() or not os.listdir(
         subscribed / "working" / EXACTLY_ONCE_PENDING
     )
+
+
+def test_a_deliver_waiting_for_its_target_holds_up_no_other_exactly_once_message(
+    box: boxmq.Box, root: Path
+) -> None:
+    """The wait was made holding the intake's lock, so every exactly-once store and deliver
+    of the process to any destination (an MQTT door's QoS 2 PUBLISHes and PUBRELs, the XMPP
+    door's loop) waited for a target/ it had nothing to do with."""
+    box.queue("jobs")
+    box.queue("other")
+    assert box.assured("meter", "1", b"+1", queue="jobs")
+    (root / "jobs" / "target").rename(root / "jobs" / "target.old")
+    refused: list[BaseException] = []
+
+    def deliver() -> None:
+        try:
+            box.deliver("meter", "1")
+        except TargetMissing as error:
+            refused.append(error)
+
+    waiting = threading.Thread(target=deliver)
+    waiting.start()
+    try:
+        time.sleep(WAIT / 5)  # it waits for jobs' target/ now
+        started = time.monotonic()
+        assert box.assured("meter", "2", b"+2", queue="other")
+        assert box.deliver("meter", "2") is True
+        took = time.monotonic() - started
+    finally:
+        waiting.join()
+    assert took < WAIT / 2
+    assert len(refused) == 1
+    assert box.pending("meter") == ["1"]
+    (root / "jobs" / "target").mkdir()
+    assert box.deliver("meter", "1") is True

@@ -437,6 +437,36 @@ class AssuredIntake:
         check_flag("remember", remember)
         check_flag("must_exist", must_exist)
         check_flag("superseded", superseded)
+        flags = {"remember": remember, "must_exist": must_exist, "superseded": superseded}
+        outcomes = self._deliver_many(keys, **flags)
+        # Refused for a target/ moved aside (`_targets_back`): waited for here, out of the
+        # lock, which every exactly-once store and deliver of the process takes, and those
+        # whose target/ came back delivered again (a repeat within `keys` as it would be).
+        aside = [o.path for o in outcomes if isinstance(o, TargetMissing) and o.path is not None]
+        if aside:
+            still = set(wait_for_targets({os.path.dirname(path) for path in aside}))
+            again = [
+                index
+                for index, outcome in enumerate(outcomes)
+                if isinstance(outcome, TargetMissing)
+                and os.path.dirname(outcome.path or "") not in still
+            ]
+            if again:
+                redone = self._deliver_many([keys[index] for index in again], **flags)
+                for index, outcome in zip(again, redone, strict=True):
+                    outcomes[index] = outcome
+        return outcomes
+
+    def _deliver_many(
+        self,
+        keys: Sequence[tuple[str, str]],
+        *,
+        remember: bool,
+        must_exist: bool,
+        superseded: bool,
+    ) -> list[Outcome]:
+        """`deliver_many` under the lock, a message whose target/ is moved aside refused at
+        once (TargetMissing): the caller waits for it."""
         outcomes: list[Outcome] = []
         with self._lock:
             self._restore()
@@ -459,8 +489,8 @@ class AssuredIntake:
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
-            # Refused before their markers, where a target/ is moved aside and does not come
-            # back: they wait for their `deliver` again, nothing on disk to undo.
+            # Refused before their markers, where a target/ is moved aside: they wait for
+            # their `deliver` again (deliver_many's, once it is back), nothing on disk to undo.
             sending = self._targets_back(due, outcomes)
             # `premarked`: those another process marked before this one (its marker is
             # overwritten): a file gone from working/ then was sent by it, not swept away.
@@ -512,15 +542,15 @@ class AssuredIntake:
         self, due: list[tuple[int, tuple[str, str], _Pending]], outcomes: list[Outcome]
     ) -> list[tuple[int, tuple[str, str], _Pending]]:
         """Those of `due` to send: a message whose queue's or subscription's target/ is moved
-        aside (operations.md's "Disk usage": `mv target target.old && mkdir target`) waits up
-        to TARGET_BACK_WAIT for it, all of them together, and is refused (TargetMissing, a
-        store failure its door reports: the sender delivers again) if it is not back, its
-        message still waiting. A new target/ made there broke the operator's mkdir, and a
-        copy renamed into none stayed in the subscription's working/ until a restart."""
+        aside (operations.md's "Disk usage": `mv target target.old && mkdir target`) is
+        refused (TargetMissing, a store failure its door reports: the sender delivers again),
+        its message still waiting; `deliver_many` waits up to TARGET_BACK_WAIT for it and
+        delivers it again. A new target/ made there broke the operator's mkdir, and a copy
+        renamed into none stayed in the subscription's working/ until a restart."""
         dropboxes = [self._dropboxes(pending) for _, _, pending in due]
-        if not targets_aside(path for paths in dropboxes for path in paths):
+        aside = set(targets_aside(path for paths in dropboxes for path in paths))
+        if not aside:
             return due
-        aside = set(wait_for_targets({path for paths in dropboxes for path in paths}))
         sending = []
         for (index, key, pending), paths in zip(due, dropboxes, strict=True):
             missing = next((path for path in paths if path in aside), None)
