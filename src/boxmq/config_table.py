@@ -64,7 +64,7 @@ class Table:
     def string(self, key: str) -> str | None:
         value = self._take(key)
         if value is not None and not isinstance(value, str):
-            hint = self._header(key, value)
+            hint = self._table_given(key, value)
             raise self.error(key, f"expected a string, got {_kind(value)}{hint}")
         return value
 
@@ -105,7 +105,7 @@ class Table:
             # YAML's and INI files'.
             word = BOOLEAN_WORDS.get(value.strip().lower()) if isinstance(value, str) else None
             fix = f" ({value!r}): write {word}, without quotes" if word else ""
-            fix = fix or self._header(key, value)
+            fix = fix or self._table_given(key, value)
             raise self.error(key, f"expected true or false, got {_kind(value)}{fix}")
         return value
 
@@ -140,7 +140,7 @@ class Table:
             value = int(duration)
         if isinstance(value, bool) or not isinstance(value, int):  # bool is an int subclass
             hint = (_as_bytes(value) if in_bytes else "") or _as_integer(value)
-            hint = hint or self._header(key, value)
+            hint = hint or self._table_given(key, value)
             raise self.error(key, f"expected an integer, got {_kind(value)}{hint}")
         if value < low or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
@@ -169,7 +169,7 @@ class Table:
         if isinstance(value, str):
             value = self._duration(key, value)
         if isinstance(value, bool) or not isinstance(value, int | float):
-            hint = self._header(key, value)
+            hint = self._table_given(key, value)
             raise self.error(key, f"expected seconds (a number or '30s'), got {_kind(value)}{hint}")
         if zero and (not math.isfinite(value) or value < 0):
             raise self.error(key, f"{shown} is not 0 or more seconds")
@@ -228,7 +228,7 @@ class Table:
             raise self.error(key, no_home_folder(value)) from None  # as the CLI words it
         return self._source.parent / named
 
-    def _header(self, key: str, value: object) -> str:
+    def _table_given(self, key: str, value: object) -> str:
         """What to write for a key of one value that the file made a table, "" for another
         value: a `[fsync]` header (or `fsync = {...}`) read as "expected a string, got a
         table", which sent the user looking at a value they never wrote."""
@@ -237,11 +237,11 @@ class Table:
         if not self._path:
             where = "above the first [table] header"
         elif "[" in self._path:
-            where = f"in its [[{_header(self._path)}]] table"
+            where = f"in its [[{_header_of(self._path)}]] table"
         else:
             where = f"under [{self._path}]"
         return (
-            f" ([{_header(self._key(key))}] is a table's header, and {key} one value: "
+            f" ([{_header_of(self._key(key))}] is a table's header, and {key} one value: "
             f"write {key} = ... {where})"
         )
 
@@ -254,9 +254,9 @@ class Table:
         if not isinstance(value, dict):
             # The header as a file writes it: "[mqtt.listener[1].tls]" was no TOML a user could
             # write, and a table inside one of an array of tables is best written inline.
-            header = _header(self._key(key))
+            header = _header_of(self._key(key))
             if "[" in self._path:
-                above = _header(self._path)
+                above = _header_of(self._path)
                 write = (
                     f"write {key} = {{ {example} }} in its [[{above}]] table, or its keys "
                     f"below a [{header}] header under that [[{above}]]"
@@ -363,7 +363,7 @@ def _quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _header(path: str) -> str:
+def _header_of(path: str) -> str:
     """A table's place as its header names it: `mqtt.listener.tls` for mqtt.listener[1].tls."""
     return re.sub(r"\[[0-9]+\]", "", path)
 
