@@ -264,12 +264,12 @@ class Table:
             else:
                 write = f"write its keys below a [{header}] header, or {key} = {{ {example} }}"
             raise self.error(key, f"expected a table, got {_kind(value)}: {write}")
+        return self._child(value, self._key(key))
+
+    def _child(self, values: dict[str, Any], path: str) -> Table:
+        """The table `values` at `path` inside this one: of its file, with its hints."""
         return Table(
-            value,
-            source=self._source,
-            path=self._key(key),
-            homes=self._homes,
-            foreign=self._foreign,
+            values, source=self._source, path=path, homes=self._homes, foreign=self._foreign
         )
 
     def tables(self, key: str, *, if_empty: str) -> Iterator[Table]:
@@ -285,9 +285,7 @@ class Table:
             raise self.error(key, f"expected tables ([[{self._key(key)}]]), got {_kind(value)}")
         for index, item in enumerate(value, start=1):
             path = f"{self._key(key)}[{index}]"
-            yield Table(
-                item, source=self._source, path=path, homes=self._homes, foreign=self._foreign
-            )
+            yield self._child(item, path)
 
     def finish(self) -> None:
         unknown = sorted(set(self._values) - self._used)
