@@ -21,7 +21,7 @@ from boxmq.core.deadlines import Deadlines
 from boxmq.core.durations import spelled
 from boxmq.errors import store_failure
 from boxmq.mqtt.batches import Batches
-from boxmq.mqtt.claim_wait import wait_for_claim
+from boxmq.mqtt.claim_wait import CLAIM_HELD, wait_for_claim
 from boxmq.mqtt.clients import Client, Link, Outgoing, log_level
 from boxmq.mqtt.connect_terms import (
     connecting,
@@ -255,8 +255,8 @@ class ConnectAnswers:
             again = partial(
                 self._answer_held, client, packet, authenticated=authenticated, waited=waited
             )
-            busy = partial(self._refuse, client, _R.SERVER_BUSY)
-            wait_for_claim(client, packet, self._clock.now(), again, busy)
+            busy = partial(self._refuse_claimed, client, packet)
+            wait_for_claim(client, self._clock.now(), again, busy)
             return
         record = taken
         client.quiet = not self._connections.dropped(client_id, now=self._clock.now())
@@ -457,6 +457,14 @@ class ConnectAnswers:
 
         self._after_disk_work(client_id, lambda: None, answer)
         return True
+
+    def _refuse_claimed(self, client: Client, packet: Connect) -> None:
+        """Refuse as server busy a CONNECT whose session another server of this host still
+        claims (claim_wait): told once, then counted by client host, as other refusals; a
+        device retrying wrote a warning a try."""
+        if self._refusals.dropped((client.link.peer.host, CLAIM_HELD), now=self._clock.now()):
+            log.warning("%s refused: %s", connecting(client, packet), CLAIM_HELD)
+        self._refuse(client, _R.SERVER_BUSY)
 
     def _refuse_failed(self, client: Client, packet: Connect, why: str, error: OSError) -> None:
         """Refuse a CONNECT the file system failed (`why`), with the reason code its errno

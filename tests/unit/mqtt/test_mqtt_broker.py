@@ -34,7 +34,7 @@ from boxmq.client.subscriber import Subscriber
 from boxmq.clock import ManualClock, SystemClock
 from boxmq.core import ExactlyOnceLimits
 from boxmq.model import PROPERTIES_FILE, MessageId
-from boxmq.mqtt import batches, recording
+from boxmq.mqtt import batches, claim_wait, recording
 from boxmq.mqtt import lifetimes as lifetimes_module
 from boxmq.mqtt import wills as wills_module
 from boxmq.mqtt.acl import Acl
@@ -3527,6 +3527,51 @@ def test_a_connect_waiting_for_a_claim_is_not_closed_as_one_that_sent_none(
         assert (connack.reason, connack.session_present) == (ReasonCode.SUCCESS, True)
 
     run_broker(tmp_path, test, settings=settings)
+
+
+def test_a_connect_refused_while_another_server_holds_its_sessions_claim_is_told_once_then_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A CONNECT whose session another server of this host still claims after
+    claim_wait.CLAIM_PATIENCE is refused as server busy: that was a warning in full at each
+    try, so a device retrying wrote a line every 5 s for as long as the claim was held. As
+    other refused CONNECTs (a session of another user), the first is told, the next counted
+    by client host, one line per interval."""
+    root = tmp_path / "root"
+    dead = dead_token()
+    clock = ManualClock(time.time())
+    refused = "refused: its session is being taken on by another server"
+
+    async def test(broker: Broker) -> None:
+        write_record(str(root), SessionRecord("roamer", 3600, holder=dead, server=dead))
+        held = os.open(_claim_path(root, "roamer", dead), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX)  # another server's claim, never let go here
+            for _ in range(3):
+                peer = Peer(broker)
+                props = Properties.build(session_expiry_interval=3600)
+                peer.send(Connect("roamer", V5, clean_start=False, properties=props))
+                assert peer.inbox == []  # waits for the claim
+                clock.advance(claim_wait.CLAIM_PATIENCE)
+                await _until(partial(bool, peer.inbox))
+                [connack] = peer.take()
+                assert isinstance(connack, Connack)
+                assert connack.reason is ReasonCode.SERVER_BUSY
+            [line] = logged(caplog, refused)
+            assert line.startswith("client 'roamer' (no user name, from memory"), line
+            assert [r.levelno for r in caplog.records if refused in r.getMessage()] == [
+                logging.WARNING
+            ]
+            clock.advance(10)
+            broker.tick(clock.now())
+            assert logged(caplog, "more CONNECT(s)") == [
+                f"memory: 2 more CONNECT(s) refused in the last 10s: {claim_wait.CLAIM_HELD}"
+            ]
+        finally:
+            os.close(held)
+
+    with caplog.at_level(logging.INFO, "boxmq.mqtt"):
+        run_broker(tmp_path, test, clock)
 
 
 def _claim_path(root: Path, client_id: str, dead: str) -> str:
