@@ -224,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
     if before_root is not None:  # put, publish, subscribe: refused before the root is made
         before_root(args)
     if not getattr(args, "creates_root", False):
-        _check_root(str(args.data))
+        _check_root(str(args.data), getattr(args, "root_from", None))
     with _opened(args) as box:
         return command(args, box)
 
@@ -236,9 +236,10 @@ def _opened(args: argparse.Namespace) -> Box:
     return boxmq.open(args.data, fsync=args.fsync, max_deliveries=args.max_deliveries or None)
 
 
-def _check_root(path: str) -> None:
+def _check_root(path: str, root_from: str | None = None) -> None:
     """A command that writes no message must not make the root: `boxmq --data typo ls` says so
-    instead of leaving an empty folder behind."""
+    instead of leaving an empty folder behind. `root_from`: where the root came from when not
+    --data or $BOXMQ_DATA (a config file's key: `data in FILE`), which the error names."""
     if not os.path.isdir(path):
         what = "it is a file, not a folder" if os.path.exists(path) else "it does not exist"
         # `--data file/sub` "did not exist"
@@ -250,7 +251,8 @@ def _check_root(path: str) -> None:
             if what == "it does not exist"
             else ", or move the file away (no command makes a folder where a file stands)"
         )
-        raise QueueNotFound(f"no folder {path} ({what}): check --data or $BOXMQ_DATA{remedy}")
+        given = root_from or "--data or $BOXMQ_DATA"
+        raise QueueNotFound(f"no folder {path} ({what}): check {given}{remedy}")
 
 
 def _near_miss(name: str) -> str | None:

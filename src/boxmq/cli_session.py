@@ -51,7 +51,9 @@ def read_config(args: argparse.Namespace) -> None:
     runs with, so a session shows the end it was granted, which a max_session_expiry lowered
     since cuts short: `listed`), and its `data`, the root that server serves, unless --data
     was typed (as serve takes it: flags, then the file, then $BOXMQ_DATA). The default
-    ./data was listed instead, `no persistent MQTT sessions` under the wrong root."""
+    ./data was listed instead, `no persistent MQTT sessions` under the wrong root. A root
+    taken from the file that is no folder is told naming its key there (`args.root_from`,
+    cli._check_root), not the --data or $BOXMQ_DATA the user did not give."""
     args.session_limit = None
     if args.config is None:
         return
@@ -61,6 +63,7 @@ def read_config(args: argparse.Namespace) -> None:
     args.session_limit = config.mqtt.limits.max_session_expiry
     if isinstance(args.data, Default) and config.data_from_file:
         args.data = str(config.data)
+        args.root_from = f"data in {config.source}"
 
 
 def ls(args: argparse.Namespace, box: Box) -> int:

@@ -110,6 +110,33 @@ def test_ls_with_the_servers_config_lists_the_root_it_names(
     assert json.loads(capsys.readouterr().out) == []
 
 
+@pytest.mark.parametrize("missing", [True, False], ids=["no folder", "a file"])
+def test_ls_with_a_config_whose_root_is_no_folder_names_the_files_data(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    missing: bool,
+) -> None:
+    """The root of `session ls --config FILE` is the file's `data`: where it is no folder,
+    the error said "check --data or $BOXMQ_DATA", neither of which the user gave; it names
+    the key and its file, as serve's errors of such a root do ("data in FILE")."""
+    config = tmp_path / "boxmq.toml"
+    config.write_text('data = "state"\n')
+    if not missing:
+        (tmp_path / "state").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BOXMQ_DATA", raising=False)
+    assert cli.main(["session", "ls", "--config", str(config)]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith(f"boxmq session ls: no folder {tmp_path / 'state'} ("), said
+    assert f"): check data in {config}" in said, said
+    assert "--data" not in said, said
+    assert "BOXMQ_DATA" not in said, said
+    # Typed, --data wins over the file, and the error names it as before.
+    assert cli.main(["--data", "typo", "session", "ls", "--config", str(config)]) == 1
+    assert "): check --data or $BOXMQ_DATA " in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "text",
     [
