@@ -20,7 +20,7 @@ import pytest
 import boxmq
 from boxmq import MessageClass
 from boxmq.clock import ManualClock
-from boxmq.store.names import decode
+from boxmq.store.names import decode, split_lock
 
 
 def sh(script: str, cwd: Path) -> str:
@@ -1026,3 +1026,28 @@ def test_a_lock_moved_back_by_hand_needs_its_suffix_cut(
     assert held[0] is not None
     with pytest.raises(boxmq.BoxMQError):
         held[0].ack()
+
+
+def test_a_script_s_name_may_end_in_what_reads_as_a_lock_suffix_and_keeps_its_id(
+    box: boxmq.Box, root: Path
+) -> None:
+    """docs/file-format.md (moving a message back by hand) says why boxmq does not take a lock
+    suffix moved by hand off a name in target/: any unique name may be sent, and the page's
+    `backup@2024@12@31`, which ends in what reads as a valid suffix, is delivered under its
+    whole name, as its id, at each delivery (a redelivery writes its `@` as `%40`)."""
+    name = "backup@2024@12@31"
+    page = (Path(__file__).parents[2] / "docs" / "file-format.md").read_text()
+    assert f"`{name}` ends in what reads as a lock suffix" in page
+    assert split_lock(name)[1] is not None  # a valid suffix, as the page says
+    jobs = box.queue("jobs")
+    sh(f"echo x > jobs/working/b && mv jobs/working/b 'jobs/target/{name}'", root)
+    first = jobs.get("w")
+    assert first is not None
+    assert (first.id, first.priority, first.delivery_count) == (name, 4, 1)
+    first.unlock()
+    [back] = os.listdir(root / "jobs" / "target")
+    assert "@" not in back  # written again, encoded
+    again = jobs.get("w")
+    assert again is not None
+    assert (again.id, again.delivery_count) == (name, 2)
+    again.ack()
