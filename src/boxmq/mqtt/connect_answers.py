@@ -205,9 +205,7 @@ class ConnectAnswers:
         refusal = refusal_of(packet, authenticated=authenticated)
         if refusal is not None:
             words = reason_text(refusal, packet.version)
-            if self._refusals.dropped((client.link.peer.host, words), now=self._clock.now()):
-                log.info("%s refused: %s", connecting(client, packet), words)
-            self._refuse(client, refusal)
+            self._refuse_counted(client, packet, refusal, words, logging.INFO)
             return
         client_id = packet.client_id
         assigned = record = None
@@ -224,12 +222,9 @@ class ConnectAnswers:
         if assigned is None and self._resuming.belongs_to_another(
             client_id, packet.username, record
         ):
-            # Told once, then counted by client host, as other refusals: a device of another
-            # user retrying with the client id wrote a warning a try.
+            # A device of another user retrying with the client id wrote a warning a try.
             words = "its session belongs to another user"
-            if self._refusals.dropped((client.link.peer.host, words), now=self._clock.now()):
-                log.warning("%s refused: %s", connecting(client, packet), words)
-            self._refuse(client, _R.CLIENT_IDENTIFIER_NOT_VALID)
+            self._refuse_counted(client, packet, _R.CLIENT_IDENTIFIER_NOT_VALID, words)
             return
         expiry = expiry_of(packet, self._limits)
         keep_alive = granted_keep_alive(packet.keep_alive, self._limits.max_keepalive, v5=v5)
@@ -460,11 +455,22 @@ class ConnectAnswers:
 
     def _refuse_claimed(self, client: Client, packet: Connect) -> None:
         """Refuse as server busy a CONNECT whose session another server of this host still
-        claims (claim_wait): told once, then counted by client host, as other refusals; a
-        device retrying wrote a warning a try."""
-        if self._refusals.dropped((client.link.peer.host, CLAIM_HELD), now=self._clock.now()):
-            log.warning("%s refused: %s", connecting(client, packet), CLAIM_HELD)
-        self._refuse(client, _R.SERVER_BUSY)
+        claims (claim_wait): a device retrying wrote a warning a try."""
+        self._refuse_counted(client, packet, _R.SERVER_BUSY, CLAIM_HELD)
+
+    def _refuse_counted(
+        self,
+        client: Client,
+        packet: Connect,
+        reason: ReasonCode,
+        words: str,
+        level: int = logging.WARNING,
+    ) -> None:
+        """Refuse a CONNECT (`reason`), saying why (`words`) at `level` the first time for
+        its client host and then counting the refusals for the same words (`tell_counts`)."""
+        if self._refusals.dropped((client.link.peer.host, words), now=self._clock.now()):
+            log.log(level, "%s refused: %s", connecting(client, packet), words)
+        self._refuse(client, reason)
 
     def _refuse_failed(self, client: Client, packet: Connect, why: str, error: OSError) -> None:
         """Refuse a CONNECT the file system failed (`why`), with the reason code its errno
