@@ -197,17 +197,31 @@ class TargetMissing(StoreFailed):
     queue's subscribers. Nothing of the message was kept. Worded for its caller: `putting`
     for a put ("nothing was put; put again"), else for any request refused so (an XMPP
     subscribe, disco#items, unlock: "nothing was changed; try again"); `since`, when that
-    target/ was there, as " since this Queue was made"."""
+    target/ was there, as " since this Queue was made". `subscription`, for a topic's
+    subscription (an exactly-once deliver to a topic): who subscribes and to which filter,
+    as "subscriber 's'" and "t/#", the message naming it so, not as a queue."""
 
     def __init__(
-        self, error: OSError, queue: str, target: str, *, putting: bool = False, since: str = ""
+        self,
+        error: OSError,
+        queue: str,
+        target: str,
+        *,
+        putting: bool = False,
+        since: str = "",
+        subscription: tuple[str, str] | None = None,
     ) -> None:
         self.errno = error.errno or errno.ENOENT
         self.path = target
         undone, again = ("put", "put") if putting else ("changed", "try")
+        if subscription is None:
+            what = f"queue {queue!r}"
+        else:
+            who, filter = subscription
+            what = f"subscription of {who} to topic filter {filter!r}"
         BoxMQError.__init__(
             self,
-            f"queue {queue!r} has no target/ ({target}): moved aside or removed{since}, "
+            f"{what} has no target/ ({target}): moved aside or removed{since}, "
             f"nothing was {undone}; {again} again once it is back (mkdir {target}, as "
             "operations.md's Disk usage does)",
         )

@@ -61,8 +61,12 @@ def test_a_deliver_to_a_subscription_whose_target_is_moved_aside_is_refused_and_
 ) -> None:
     assert box.assured("meter", "1", b"+1", topic="t/x")
     (subscribed / "target").rename(subscribed / "target.old")
-    with pytest.raises(TargetMissing):
+    with pytest.raises(TargetMissing) as refused:
         box.deliver("meter", "1")
+    # named as the subscription it is, with its topic filter, not as a queue named by its path
+    assert str(refused.value).startswith(
+        f"subscription of subscriber 's' to topic filter 't/#' has no target/ ({subscribed}/target)"
+    )
     assert not (subscribed / "target").exists()
     assert _files(subscribed / "working") == []  # no copy stranded there
     assert box.pending("meter") == ["1"]
@@ -74,6 +78,19 @@ def test_a_deliver_to_a_subscription_whose_target_is_moved_aside_is_refused_and_
         message = subscription.receive_nowait()
         assert message is not None
         assert message.body == b"+1"
+
+
+def test_a_share_group_s_target_moved_aside_is_named_as_the_group_s_subscription(
+    box: boxmq.Box, root: Path
+) -> None:
+    folder = Path(box.topics.attach_dropbox("$share/ops/a b/#", "w1"))
+    assert box.assured("meter", "1", b"+1", topic="a b/x")
+    (folder / "target").rename(folder / "target.old")
+    with pytest.raises(TargetMissing) as refused:
+        box.deliver("meter", "1")
+    assert str(refused.value).startswith(
+        "subscription of share group 'ops' to topic filter 'a b/#' has no target/ "
+    ), refused.value
 
 
 @pytest.mark.parametrize("to", ["queue", "topic"])

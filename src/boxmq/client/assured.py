@@ -92,6 +92,7 @@ from boxmq.store.topics import (
     EXACTLY_ONCE_PENDING,
     incoming_working,
     marker_name,
+    read_record,
 )
 
 __all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
@@ -560,7 +561,8 @@ class AssuredIntake:
             target = os.path.join(missing, State.TARGET.value)
             error = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), target)
             name = pending.queue or os.path.relpath(missing, self._root)
-            outcomes[index] = TargetMissing(error, name, target)
+            subscription = None if pending.queue is not None else _subscription_of(missing)
+            outcomes[index] = TargetMissing(error, name, target, subscription=subscription)
             self._undeliver(*key, pending, marked=False)
         return sending
 
@@ -1061,6 +1063,17 @@ class SendersNameTooLong(MetadataTooLong):
     def __init__(self, say: Callable[[Words], str]) -> None:
         super().__init__(say(API_WORDS))
         self.said = say
+
+
+def _subscription_of(path: str) -> tuple[str, str] | None:
+    """Who subscribes at the subscription folder `path` and to which filter, from its record,
+    for TargetMissing; None if it has none any more (unsubscribed since it was routed)."""
+    record = read_record(path)
+    if record is None:
+        return None
+    if record.group is not None:
+        return f"share group {record.group!r}", record.filter
+    return f"subscriber {record.subscriber!r}", record.filter
 
 
 def _named(envelope: Envelope, limit: int) -> str:
