@@ -895,9 +895,11 @@ def _script_name(size: int, properties: str = "") -> str:
         (158, "kS=v", 0, "redelivered"),  # `&bx_dcI=1`: 9 bytes
         (159, "kS=v", 0, "metadata-full"),
         (133, "", 60, "redelivered"),  # a delay's `&bx_nbL=<13 digits>`: 21 more
-        (134, "", 60, "metadata-full"),
+        (134, "", 60, "not delayed"),  # room for the count, not the delay: ready at once
         (137, "kS=v", 60, "redelivered"),
-        (138, "kS=v", 60, "metadata-full"),
+        (138, "kS=v", 60, "not delayed"),
+        (154, "", 60, "not delayed"),
+        (155, "", 60, "metadata-full"),  # not even the count
     ],
 )
 def test_a_script_s_long_name_is_delivered_up_to_167_bytes_and_again_where_its_count_fits(
@@ -938,7 +940,9 @@ def test_a_script_s_long_name_is_delivered_up_to_167_bytes_and_again_where_its_c
     (back,) = os.listdir(root / "jobs" / "target")
     assert len(back.encode()) <= 167
     assert "bx_dcI=1" in back
-    clock.advance(delay + 1)
+    assert ("bx_nbL=" in back) is (after == "redelivered" and delay > 0)
+    if after == "redelivered":
+        clock.advance(delay + 1)
     again = jobs.get(HOLDER)
     assert again is not None
     assert (again.body, again.delivery_count) == (b"long", 2)
@@ -1051,3 +1055,46 @@ def test_a_script_s_name_may_end_in_what_reads_as_a_lock_suffix_and_keeps_its_id
     assert again is not None
     assert (again.id, again.delivery_count) == (name, 2)
     again.ack()
+
+
+def test_a_delayed_unlock_whose_name_has_no_room_for_the_delay_releases_it_at_once(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A delay is a hint: a name with room for the delivery count but not for the delay's
+    bx_nbL went to error/ as metadata-full; it is released ready at once, its count kept."""
+    name = f"4.{'L' * 140}.T"  # 144 bytes: the count fits (MAX_NAME 167), the count and delay not
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        send(root, name, "long")
+        with jobs.consumer("w", lock_timeout=5) as consumer:
+            message = consumer.receive(timeout=5)
+            assert message is not None
+            with caplog.at_level(logging.INFO, "boxmq"):
+                assert message.unlock(delay=60) is None
+            assert "no room" in caplog.text, caplog.text
+            assert os.listdir(root / "jobs" / "error") == []
+            assert os.listdir(root / "jobs" / "target") == [f"{name}.....bx_dcI=1"]
+            again = consumer.receive(timeout=1)
+            assert again is not None
+            assert again.body == b"long"
+            assert again.delivery_count == 2
+            again.ack()
+
+
+def test_a_get_s_delayed_unlock_whose_name_has_no_room_for_the_delay_releases_it_at_once(
+    box: boxmq.Box, root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same through `get` (`boxmq get`'s settler, the lock on disk)."""
+    name = f"4.{'L' * 140}.T"
+    jobs = box.queue("jobs")
+    send(root, name, "long")
+    message = jobs.get()
+    assert message is not None
+    with caplog.at_level(logging.INFO, "boxmq"):
+        assert message.unlock(delay=60) is None
+    assert "no room" in caplog.text, caplog.text
+    assert os.listdir(root / "jobs" / "error") == []
+    assert os.listdir(root / "jobs" / "target") == [f"{name}.....bx_dcI=1"]
+    again = jobs.get()
+    assert again is not None
+    assert again.delivery_count == 2

@@ -18,7 +18,13 @@ from collections.abc import Callable, Generator
 from contextlib import closing
 from dataclasses import dataclass
 
-from boxmq.client.lifecycle import dead_name, envelope_of, lock_gone, released_or_dead
+from boxmq.client.lifecycle import (
+    dead_name,
+    delay_dropped,
+    envelope_of,
+    lock_gone,
+    released_or_dead,
+)
 from boxmq.core import QueuePolicy, check_holder
 from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, ItemNotFound, LockError
@@ -80,6 +86,12 @@ class DiskSettler:
         assert new is not None
         if not self._box.move(State.PROCESSING, processing, State.TARGET, new):
             raise self._lost(message_id, consumer, delivery)
+        if delay_dropped(new, delay):
+            log.info(
+                "%s: %s released at once, not delayed: its name has no room for the delay",
+                self._box.path,
+                message_id,
+            )
         return None
 
     def reject(

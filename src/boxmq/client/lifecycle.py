@@ -31,6 +31,7 @@ __all__ = [
     "PUT_HEADROOM",
     "PUT_NAME_LIMIT",
     "dead_name",
+    "delay_dropped",
     "envelope_of",
     "lock_gone",
     "ready_of",
@@ -129,23 +130,37 @@ def ready_of(name: str, envelope: Envelope, sequence: float) -> Ready:
 def released_name(
     name: str, *, delivery_count: int, holder: ConsumerId | None, not_before: float
 ) -> str | None:
-    """The target/ name after a release, or None if the metadata cannot grow (see PUT_HEADROOM)."""
-    envelope = envelope_of(name).with_property(DELIVERY_COUNT, PropertyType.INT, delivery_count)
-    envelope = envelope.without_property(NOT_BEFORE)
+    """The target/ name after a release, or None if the metadata cannot grow (see PUT_HEADROOM).
+    The last holder and the delay (`not_before`) are hints, dropped in that order where the
+    name has no room for them: a delayed unlock of a long name releases it ready at once
+    (`delay_dropped` tells), the message kept; only a name that cannot carry the delivery
+    count is None (to error/ as metadata-full)."""
+    counted = envelope_of(name).with_property(DELIVERY_COUNT, PropertyType.INT, delivery_count)
+    counted = counted.without_property(NOT_BEFORE)
+    envelope = counted
     if not_before > 0:
-        envelope = envelope.with_property(NOT_BEFORE, PropertyType.LONG, int(not_before * 1000))
+        envelope = counted.with_property(NOT_BEFORE, PropertyType.LONG, int(not_before * 1000))
     with_holder = (
         envelope.without_property(LAST_HOLDER)  # nobody passed over: no older hint either
         if holder is None
         else envelope.with_property(LAST_HOLDER, PropertyType.STRING, holder)
     )
-    # The last holder is a hint (the *next* consumer gets it first); drop it before failing.
-    for candidate in (with_holder, envelope.without_property(LAST_HOLDER)):
+    # The last holder is a hint (the *next* consumer gets it first); drop it before failing,
+    # then the delay (a hint too: the message is what matters).
+    candidates = [with_holder, envelope.without_property(LAST_HOLDER)]
+    if not_before > 0:
+        candidates.append(counted.without_property(LAST_HOLDER))
+    for candidate in candidates:
         try:
             return encode(candidate, as_read=True)
         except InvalidArgument:  # too long, or a count past an INT's (a name a script wrote)
             continue
     return None
+
+
+def delay_dropped(released: str, not_before: float) -> bool:
+    """Whether `released_name` gave `released` without the delay `not_before` asked for."""
+    return not_before > 0 and envelope_of(released).property_value(NOT_BEFORE) is None
 
 
 def released_or_dead(

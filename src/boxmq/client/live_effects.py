@@ -14,7 +14,7 @@ import logging
 from typing import Final
 
 from boxmq.client.held_locks import HeldLocks
-from boxmq.client.lifecycle import dead_name, lock_gone, released_name
+from boxmq.client.lifecycle import dead_name, delay_dropped, lock_gone, released_name
 from boxmq.core import (
     Claim,
     DeadLetter,
@@ -202,6 +202,12 @@ class LiveEffects(HeldLocks):
         placed = self._move_lock(processing, _TARGET, new)
         if placed is None:
             return True
+        if delay_dropped(new, effect.not_before):
+            log.info(
+                "%s: %s released at once, not delayed: its name has no room for the delay",
+                self.name,
+                message.message_id,
+            )
         if effect.reason in _TOLD:
             log.info(
                 "%s: %s %s by %s: redelivering",
