@@ -232,6 +232,25 @@ def out_json_with_body(
         flush()
 
 
+def out_text_with_body(head: str, body: bytes, *, flush_too: bool = False) -> None:
+    """`out(head + body as text)` for a body that may be big and not UTF-8, in one write
+    too, built a chunk of the body at a time into the line's bytes: the text made whole, and
+    then the line of it, took 7.5 to 12 times the body (each byte that is not UTF-8 is four
+    characters, \\xNN). The bytes written are the same, in stdout's own encoding."""
+    if sys.stdout is None:  # `serve >&-`: as print(), nothing
+        return
+    encoding, errors = sys.stdout.encoding, sys.stdout.errors or "strict"
+    line = bytearray(head.encode(encoding, errors))
+    decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+    for start in range(0, len(body), _CHUNK):
+        line += decoder.decode(body[start : start + _CHUNK]).encode(encoding, errors)
+    line += (decoder.decode(b"", final=True) + "\n").encode(encoding, errors)
+    flush()  # what was written as text goes before these bytes
+    out_bytes(line)
+    if flush_too:
+        flush()
+
+
 def _is_utf_8(body: bytes) -> bool:
     try:
         str(body, "utf-8")
