@@ -132,26 +132,36 @@ def test_subscribe_prints_each_record_as_the_whole_document_would_byte_for_byte(
         assert line == to_json(record | json_body(body) | after)
 
 
+_BIG_MIXED_BODY = bytes(range(256)) * (4 << 12)  # 4 MiB, half of it not UTF-8
+
+
+def printing_peak(
+    root: Path, monkeypatch: pytest.MonkeyPatch, *, as_json: bool
+) -> tuple[int, boxmq.Message]:
+    """The peak traced memory of printing a subscription's message of _BIG_MIXED_BODY (to
+    /dev/null, so the output is not kept), and the message, to print it again."""
+    with boxmq.open(root, fsync="never") as box:
+        subscription = box.subscribe("t/#", "s")
+        box.publish("t/a", _BIG_MIXED_BODY, qos=1)
+        message = subscription.receive(timeout=10)
+        assert message is not None
+        with open("/dev/null", "w") as null, monkeypatch.context() as patched:
+            patched.setattr(sys, "stdout", null)
+            tracemalloc.start()
+            try:
+                cli_subscribe._print_message(argparse.Namespace(json=as_json), message)
+                return tracemalloc.get_traced_memory()[1], message
+            finally:
+                tracemalloc.stop()
+
+
 def test_subscribe_prints_a_big_body_that_is_not_utf_8_at_the_cost_of_its_line(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The record made whole took 18.6 times a 4 MiB body half of which is not UTF-8 (its
     text, JSON's escaping, base64's, the line's), by tracemalloc; a chunk at a time, 5.8."""
-    body = bytes(range(256)) * (4 << 12)
-    with boxmq.open(root, fsync="never") as box:
-        subscription = box.subscribe("t/#", "s")
-        box.publish("t/a", body, qos=1)
-        message = subscription.receive(timeout=10)
-        assert message is not None
-        with open("/dev/null", "w") as null:  # not kept in memory
-            monkeypatch.setattr(sys, "stdout", null)
-            tracemalloc.start()
-            try:
-                cli_subscribe._print_message(argparse.Namespace(json=True), message)
-                _, peak = tracemalloc.get_traced_memory()
-            finally:
-                tracemalloc.stop()
-    assert peak < 8 * len(body), f"{peak / len(body):.1f} times the body"
+    peak, _ = printing_peak(root, monkeypatch, as_json=True)
+    assert peak < 8 * len(_BIG_MIXED_BODY), f"{peak / len(_BIG_MIXED_BODY):.1f} times the body"
 
 
 def test_plain_subscribe_prints_a_big_body_that_is_not_utf_8_at_the_cost_of_its_line(
@@ -161,26 +171,13 @@ def test_plain_subscribe_prints_a_big_body_that_is_not_utf_8_at_the_cost_of_its_
     a 4 MiB body half of which is not UTF-8 (each bad byte is 4 characters of text, and
     then the line's copy); a chunk at a time, into the line's bytes. The bytes printed are
     the topic, a space, the body with bad bytes as \\xNN, and the newline."""
-    body = bytes(range(256)) * (4 << 12)
-    with boxmq.open(root, fsync="never") as box:
-        subscription = box.subscribe("t/#", "s")
-        box.publish("t/a", body, qos=1)
-        message = subscription.receive(timeout=10)
-        assert message is not None
-        with open("/dev/null", "w") as null:  # not kept in memory
-            monkeypatch.setattr(sys, "stdout", null)
-            tracemalloc.start()
-            try:
-                cli_subscribe._print_message(argparse.Namespace(json=False), message)
-                _, peak = tracemalloc.get_traced_memory()
-            finally:
-                tracemalloc.stop()
-        printed = io.BytesIO()
-        monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(printed, encoding="utf-8"))
-        cli_subscribe._print_message(argparse.Namespace(json=False), message)
-        sys.stdout.flush()
-    assert peak < 4 * len(body), f"{peak / len(body):.1f} times the body"
-    expected = f"t/a {body.decode('utf-8', 'backslashreplace')}\n".encode()
+    peak, message = printing_peak(root, monkeypatch, as_json=False)
+    printed = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(printed, encoding="utf-8"))
+    cli_subscribe._print_message(argparse.Namespace(json=False), message)
+    sys.stdout.flush()
+    assert peak < 4 * len(_BIG_MIXED_BODY), f"{peak / len(_BIG_MIXED_BODY):.1f} times the body"
+    expected = f"t/a {_BIG_MIXED_BODY.decode('utf-8', 'backslashreplace')}\n".encode()
     assert printed.getvalue() == expected
 
 
