@@ -1057,6 +1057,18 @@ def test_a_script_s_name_may_end_in_what_reads_as_a_lock_suffix_and_keeps_its_id
     again.ack()
 
 
+def unlocked_at_once_for_lack_of_room(
+    message: boxmq.Message, root: Path, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Unlock `message` (sent as `name` to jobs) with a delay its name has no room for: it is
+    said at INFO, and it is back in target/ ready, its count written, none in error/."""
+    with caplog.at_level(logging.INFO, "boxmq"):
+        assert message.unlock(delay=60) is None
+    assert "no room" in caplog.text, caplog.text
+    assert os.listdir(root / "jobs" / "error") == []
+    assert os.listdir(root / "jobs" / "target") == [f"{name}.....bx_dcI=1"]
+
+
 def test_a_delayed_unlock_whose_name_has_no_room_for_the_delay_releases_it_at_once(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -1069,11 +1081,7 @@ def test_a_delayed_unlock_whose_name_has_no_room_for_the_delay_releases_it_at_on
         with jobs.consumer("w", lock_timeout=5) as consumer:
             message = consumer.receive(timeout=5)
             assert message is not None
-            with caplog.at_level(logging.INFO, "boxmq"):
-                assert message.unlock(delay=60) is None
-            assert "no room" in caplog.text, caplog.text
-            assert os.listdir(root / "jobs" / "error") == []
-            assert os.listdir(root / "jobs" / "target") == [f"{name}.....bx_dcI=1"]
+            unlocked_at_once_for_lack_of_room(message, root, name, caplog)
             again = consumer.receive(timeout=1)
             assert again is not None
             assert again.body == b"long"
@@ -1090,11 +1098,7 @@ def test_a_get_s_delayed_unlock_whose_name_has_no_room_for_the_delay_releases_it
     send(root, name, "long")
     message = jobs.get()
     assert message is not None
-    with caplog.at_level(logging.INFO, "boxmq"):
-        assert message.unlock(delay=60) is None
-    assert "no room" in caplog.text, caplog.text
-    assert os.listdir(root / "jobs" / "error") == []
-    assert os.listdir(root / "jobs" / "target") == [f"{name}.....bx_dcI=1"]
+    unlocked_at_once_for_lack_of_room(message, root, name, caplog)
     again = jobs.get()
     assert again is not None
     assert again.delivery_count == 2
