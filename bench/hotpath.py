@@ -1,8 +1,9 @@
 """bench/hotpath: the CPU one message costs boxmq, put -> receive -> ack, one at a time.
 
-    python bench/hotpath.py [--messages 20000] [--dir /dev/shm] [--path queue|share]
+    python bench/hotpath.py [--messages 20000] [--dir /dev/shm] [--path queue|share|assured]
+                            [--subscriptions 10]
     valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        python bench/hotpath.py --boxmq-only --messages N [--path share]
+        python bench/hotpath.py --boxmq-only --messages N [--path share|assured]
 
 Prints user and system CPU per message for boxmq (fsync=never, ack deletes), for the bare
 file-system sequence of bench/store.py's floor, and for `bare`: the least a Python queue on the
@@ -11,6 +12,9 @@ owner and deadline into the name, the body read back, an unlink), in one run. `b
 much of boxmq's distance to the floor is Python's and how much is boxmq's own. `--path share`
 measures an MQTT share group's path instead of a queue's: publications to a topic, ten per
 `publish_many` (a broker's read), taken and acknowledged by a member of `$share/g/sensors/+`.
+`--path assured` measures the exactly-once intake's (MQTT QoS 2 stored on disk): ten messages to
+a topic stored (`assured_many`, a client's window of PUBLISHes), then delivered (`deliver_many`,
+their PUBRELs), each to `--subscriptions` durable subscriptions whose copies nobody takes.
 On tmpfs the figures are the Python cost without the disk's. Under callgrind, the difference
 of two runs with different --messages divided by the difference of the counts is the
 instructions per message: a figure that does not move with the load of a shared machine
@@ -29,6 +33,7 @@ import tempfile
 import time
 
 import boxmq
+from boxmq.client.assured import AssuredMessage
 from boxmq.client.publishing import Publication
 from machine import interpreter
 
@@ -90,6 +95,31 @@ def share_loop(root: str, messages: int) -> None:
         publish_and_take(messages)
         _report("share", messages, started, cpu)
         member.close()
+
+
+def assured_loop(root: str, messages: int, subscriptions: int) -> None:
+    with boxmq.open(root, fsync="never", keep_processed=False) as box:
+        for number in range(subscriptions):
+            box.subscribe("sensors/#", f"s{number}").close()
+        intake = box.intake
+        ids = itertools.count()
+
+        def store_and_deliver(count: int) -> None:
+            for _ in range(count // 10):
+                window = [
+                    AssuredMessage("mqtt:pub", str(next(ids)), BODY, topic="sensors/1")
+                    for _ in range(10)
+                ]
+                if intake.assured_many(window) != [True] * len(window):
+                    raise RuntimeError("a window was not stored")
+                keys = [(message.source, message.msg_id) for message in window]
+                if intake.deliver_many(keys, remember=False) != [True] * len(keys):
+                    raise RuntimeError("a window was not delivered")
+
+        store_and_deliver(500)  # warm up: imports, caches
+        cpu, started = _cpu(), time.perf_counter()
+        store_and_deliver(messages)
+        _report("assured", messages, started, cpu)
 
 
 class _BareQueue:
@@ -173,15 +203,22 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--dir", default="/dev/shm", help="default /dev/shm: the CPU alone")
     parser.add_argument("--boxmq-only", action="store_true", help="no floor (for callgrind)")
-    parser.add_argument("--path", choices=["queue", "share"], default="queue")
+    parser.add_argument("--path", choices=["queue", "share", "assured"], default="queue")
+    parser.add_argument(
+        "--subscriptions", type=int, default=10, help="--path assured: subscriptions to the topic"
+    )
     args = parser.parse_args()
     if args.messages % 10:
-        parser.error("--messages must be a multiple of 10 (share publishes ten at a time)")
+        parser.error("--messages must be a multiple of 10 (share and assured go ten at a time)")
     print(interpreter())
     root = tempfile.mkdtemp(prefix="hotpath-", dir=args.dir)
     try:
-        loop = share_loop if args.path == "share" else boxmq_loop
-        loop(os.path.join(root, "boxmq"), args.messages)
+        boxmq_root = os.path.join(root, "boxmq")
+        if args.path == "assured":
+            assured_loop(boxmq_root, args.messages, args.subscriptions)
+        else:
+            loop = share_loop if args.path == "share" else boxmq_loop
+            loop(boxmq_root, args.messages)
         if not args.boxmq_only:
             floor_loop(root, args.messages)
             bare_loop(root, args.messages)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmq.client.copies import copy_names
-from boxmq.client.publishing import _Route
+from boxmq.client.publishing import Route
 from boxmq.clock import ManualClock
 from boxmq.core import QoS
 from boxmq.core.router import Destination
@@ -28,7 +28,7 @@ def _destination(qos: QoS) -> Destination:
     count=st.integers(1, 5),
 )
 def test_plain_names_are_the_encoded_names(topic: str, levels: set[QoS], count: int) -> None:
-    route = _Route([(_destination(qos), f"/x/{int(qos)}") for qos in levels], [], QoS(1))
+    route = Route([(_destination(qos), f"/x/{int(qos)}") for qos in levels], [], QoS(1))
     ids = IdFactory(ManualClock())
     for _ in range(count):
         envelope = Envelope(

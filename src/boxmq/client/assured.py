@@ -44,6 +44,7 @@ from boxmq.client.copies import at_qos, names_side_file, replaced_topic
 from boxmq.client.lifecycle import PUT_NAME_LIMIT
 from boxmq.client.marker_sweep import MarkerSweep
 from boxmq.client.markers import Markers, delete_quietly
+from boxmq.client.publishing import Route
 from boxmq.client.spill import place_door_file, spilled, withdraw
 from boxmq.clock import Clock
 from boxmq.core import Action, ExactlyOnce, ExactlyOnceLimits, QoS
@@ -97,14 +98,18 @@ from boxmq.store.topics import (
 
 __all__ = ["AssuredIntake", "AssuredMessage", "Outcome"]
 
+_Routes = Mapping[tuple[str, str | None], Route]  # by (topic, publisher)
+
 log = logging.getLogger("boxmq.exactly_once")
 
 # Publish each (envelope, file in working/, source), its copies flushed together: each error.
 # The flag: a retained one among them is superseded (replaces no retained message). The mark:
 # a restart's, when their `deliver` was marked and the retained file then (Topics.send_files's
-# `marked`), else None.
+# `marked`), else None. The routes: those `deliver` found, by (topic, source) (Topics.send_files's
+# `routes`).
 _FanOut = Callable[
-    [Sequence[tuple[Envelope, str, str, bytes | None]], bool, Marked | None], list[OSError | None]
+    [Sequence[tuple[Envelope, str, str, bytes | None]], bool, Marked | None, _Routes],
+    list[OSError | None],
 ]
 
 
@@ -166,7 +171,7 @@ class AssuredIntake:
         clock: Clock,
         limits: ExactlyOnceLimits,
         fan_out: _FanOut,
-        subscriptions_of: Callable[[Envelope, str], list[str]] | None = None,
+        route_of: Callable[[Envelope, str], Route] | None = None,
         side_files: SideFiles | None = None,
         retained_version: Callable[[str], Version | None] | None = None,
         polling: bool = False,
@@ -177,8 +182,8 @@ class AssuredIntake:
         self._ids = ids
         self._clock = clock
         self._fan_out = fan_out
-        # The folders of the subscriptions a topic's message from a sender goes to.
-        self._subscriptions_of = subscriptions_of
+        # Where a topic's message from a publisher goes (Topics.exactly_once_route).
+        self._route_of = route_of
         self._books = ExactlyOnce(limits)
         self._pending: dict[tuple[str, str], _Pending] = {}
         # The "delivered" markers on disk (their records, claims and reads), and their sweep
@@ -490,9 +495,11 @@ class AssuredIntake:
                 else:
                     due.append((len(outcomes), key, pending))
                     outcomes.append(True)
+            # Found once for the batch: its target/ looked at here, its copies sent there.
+            routes = self._routes([pending for _, _, pending in due])
             # Refused before their markers, where a target/ is moved aside: they wait for
             # their `deliver` again (deliver_many's, once it is back), nothing on disk to undo.
-            sending = self._targets_back(due, outcomes)
+            sending = self._targets_back(due, routes, outcomes)
             # `premarked`: those another process marked before this one (its marker is
             # overwritten): a file gone from working/ then was sent by it, not swept away.
             marking = [(key, pending.path, _replaces(pending)) for _, key, pending in sending]
@@ -505,7 +512,8 @@ class AssuredIntake:
                     marked.append((index, key, pending))
                 else:
                     outcomes[index] = self._not_delivered(key, pending, failure, must_exist)
-            errors = self._send_all([pending for _, _, pending in marked], superseded)
+            to_send = [pending for _, _, pending in marked]
+            errors = self._send_all(to_send, superseded, None, routes)
             forgotten = False
             for (index, key, pending), failure in zip(marked, errors, strict=True):
                 if (
@@ -540,7 +548,10 @@ class AssuredIntake:
         return outcomes
 
     def _targets_back(
-        self, due: list[tuple[int, tuple[str, str], _Pending]], outcomes: list[Outcome]
+        self,
+        due: list[tuple[int, tuple[str, str], _Pending]],
+        routes: _Routes,
+        outcomes: list[Outcome],
     ) -> list[tuple[int, tuple[str, str], _Pending]]:
         """Those of `due` to send: a message whose queue's or subscription's target/ is moved
         aside (operations.md's "Disk usage": `mv target target.old && mkdir target`) is
@@ -548,8 +559,9 @@ class AssuredIntake:
         its message still waiting; `deliver_many` waits up to TARGET_BACK_WAIT for it and
         delivers it again. A new target/ made there broke the operator's mkdir, and a copy
         renamed into none stayed in the subscription's working/ until a restart."""
-        dropboxes = [self._dropboxes(pending) for _, _, pending in due]
-        aside = set(targets_aside(path for paths in dropboxes for path in paths))
+        dropboxes = [self._dropboxes(pending, routes) for _, _, pending in due]
+        # Each folder once: a batch's messages to one topic share their subscriptions.
+        aside = set(targets_aside(dict.fromkeys(path for paths in dropboxes for path in paths)))
         if not aside:
             return due
         sending = []
@@ -566,15 +578,25 @@ class AssuredIntake:
             self._undeliver(*key, pending, marked=False)
         return sending
 
-    def _dropboxes(self, pending: _Pending) -> list[str]:
-        """The folders of the dropboxes `pending` goes to: its queue's, or its topic's
-        subscriptions' (their target/ looked at before its `deliver` is marked)."""
+    def _dropboxes(self, pending: _Pending, routes: _Routes) -> list[str]:
+        """The folders of the dropboxes `pending` goes to: its queue's, or those of its
+        topic's subscriptions on its route in `routes` (their target/ looked at before its
+        `deliver` is marked)."""
         if pending.queue is not None:
             return [queue_path(self._root, pending.queue)]
-        if self._subscriptions_of is None:
-            return []
-        source = str(pending.envelope.property_value(SOURCE))
-        return self._subscriptions_of(pending.envelope, _publisher(source))  # by its topic
+        route = routes.get(_route_key(pending))
+        return [] if route is None else route.folders
+
+    def _routes(self, pendings: list[_Pending]) -> dict[tuple[str, str | None], Route]:
+        """The route of each topic's message of `pendings`, found once per topic and
+        publisher (a batch of PUBRELs is mostly one client's to one topic)."""
+        routes: dict[tuple[str, str | None], Route] = {}
+        if self._route_of is None:
+            return routes
+        for pending in pendings:
+            if pending.queue is None and (key := _route_key(pending)) not in routes:
+                routes[key] = self._route_of(pending.envelope, key[1])
+        return routes
 
     def _flush_forgotten(self) -> None:
         """Under `always`, the markers `deliver(remember=False)` removed are removed on disk
@@ -645,11 +667,16 @@ class AssuredIntake:
         self._markers.remove(source, msg_id)
 
     def _send_all(
-        self, pendings: list[_Pending], superseded: bool = False, marked: Marked | None = None
+        self,
+        pendings: list[_Pending],
+        superseded: bool = False,
+        marked: Marked | None = None,
+        routes: _Routes | None = None,
     ) -> list[OSError | None]:
         """Send each message on from working/, with one flush for a queue's and one for a
         topic's: each one's error, if any (nothing of that one sent). `marked`: for a
-        restart's, their `deliver`'s marker (a retained message written since stays)."""
+        restart's, their `deliver`'s marker (a retained message written since stays).
+        `routes`: those its `deliver` found (`_routes`); else each is found as it is sent."""
         errors: list[OSError | None] = [None] * len(pendings)
         to_queues = [i for i, pending in enumerate(pendings) if pending.queue is not None]
         to_topics = [i for i, pending in enumerate(pendings) if pending.queue is None]
@@ -659,7 +686,7 @@ class AssuredIntake:
                 errors[index] = error
         if to_topics:
             files = [self._as_file(pendings[i]) for i in to_topics]
-            sent = self._fan_out(files, superseded, marked)
+            sent = self._fan_out(files, superseded, marked, routes or {})
             for index, error in zip(to_topics, sent, strict=True):
                 errors[index] = error
         return errors
@@ -962,6 +989,12 @@ def _check_key(source: object, msg_id: object = "") -> None:
 def _replaces(pending: _Pending) -> str | None:
     """The topic whose retained message `pending` replaces at its `deliver`, if any."""
     return replaced_topic(pending.envelope, False) if pending.queue is None else None
+
+
+def _route_key(pending: _Pending) -> tuple[str, str]:
+    """The (topic, publisher) a topic's message of `pending` is routed by."""
+    assert pending.envelope.topic is not None
+    return pending.envelope.topic, _publisher(str(pending.envelope.property_value(SOURCE)))
 
 
 def _publisher(source: str) -> str:

@@ -384,10 +384,10 @@ class Box:
                     ids=self._ids,
                     clock=self._clock,
                     limits=self._exactly_once,
-                    fan_out=lambda files, superseded, marked: self.topics.send_files(
-                        files, superseded=superseded, marked=marked
+                    fan_out=lambda files, superseded, marked, routes: self.topics.send_files(
+                        files, superseded=superseded, marked=marked, routes=routes
                     ),
-                    subscriptions_of=lambda envelope, source: self.topics.subscription_folders_of(
+                    route_of=lambda envelope, source: self.topics.exactly_once_route(
                         envelope, source
                     ),
                     side_files=self.side_files,

@@ -25,7 +25,7 @@ from boxmq.client.lifecycle import (
     lock_gone,
     released_or_dead,
 )
-from boxmq.core import QueuePolicy, check_holder
+from boxmq.core import QueuePolicy, check_holder, unlocked_until
 from boxmq.core.durations import check_seconds
 from boxmq.errors import InvalidArgument, ItemNotFound, LockError
 from boxmq.model import ConsumerId, Envelope, MessageId
@@ -64,17 +64,19 @@ class DiskSettler:
         delay: float,
         delivery: str | None = None,
     ) -> str | None:
-        """Back to target/ (None); or to error/ at max deliveries, or when the name cannot
-        carry one more delivery: then the reason, which the caller is told (and the log)."""
+        """Back to target/ (None), not to be delivered for `delay` seconds (0: at once); or
+        to error/ at max deliveries, or when the name cannot carry one more delivery: then
+        the reason, which the caller is told (and the log)."""
         check_seconds("an unlock delay", delay, zero=True)
         name, processing, _ = self._held(message_id, consumer, delivery)
         count = envelope_of(name).delivery_count + 1
+        not_before = unlocked_until(delay, now=self._now())
         new, dead = released_or_dead(
             name,
             delivery_count=count,
             max_deliveries=self._policy.max_deliveries,
             holder=consumer,
-            not_before=self._now() + delay if delay else 0.0,
+            not_before=not_before,
         )
         if dead is not None:
             # At max deliveries, this one counted; a name that cannot grow keeps its count.
@@ -86,7 +88,7 @@ class DiskSettler:
         assert new is not None
         if not self._box.move(State.PROCESSING, processing, State.TARGET, new):
             raise self._lost(message_id, consumer, delivery)
-        if delay_dropped(new, delay):
+        if delay_dropped(new, not_before):
             log.info(
                 "%s: %s released at once, not delayed: its name has no room for the delay",
                 self._box.path,

@@ -131,6 +131,7 @@ def released_name(
     name: str, *, delivery_count: int, holder: ConsumerId | None, not_before: float
 ) -> str | None:
     """The target/ name after a release, or None if the metadata cannot grow (see PUT_HEADROOM).
+    `not_before`: the epoch seconds the message waits until (`unlocked_until`), 0 for none.
     The last holder and the delay (`not_before`) are hints, dropped in that order where the
     name has no room for them: a delayed unlock of a long name releases it ready at once
     (`delay_dropped` tells), the message kept; only a name that cannot carry the delivery
@@ -159,7 +160,8 @@ def released_name(
 
 
 def delay_dropped(released: str, not_before: float) -> bool:
-    """Whether `released_name` gave `released` without the delay `not_before` asked for."""
+    """Whether `released_name` gave `released` without the delay `not_before` asked for:
+    the same epoch seconds (or 0) as `released_name` was given, not the delay's seconds."""
     return not_before > 0 and envelope_of(released).property_value(NOT_BEFORE) is None
 
 

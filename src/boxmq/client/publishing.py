@@ -59,7 +59,7 @@ from boxmq.store.retained import Marked, RetainedStore
 from boxmq.store.side_files import NAMED_AS, Placed, SideFiles
 from boxmq.store.spares import Spares, write_new
 
-__all__ = ["Publication", "PublishedEach", "Publisher"]
+__all__ = ["Publication", "PublishedEach", "Publisher", "Route"]
 
 log = logging.getLogger("boxmq")
 
@@ -83,7 +83,7 @@ class Publication:
     side_file: bytes | None = None
 
 
-class _Route:
+class Route:
     """Where a message on one topic, at one QoS, from one source goes."""
 
     __slots__ = ("_first", "copied", "durable", "levels", "memory", "topic")
@@ -108,6 +108,11 @@ class _Route:
         self.copied = bool(durable or memory)  # whether any subscription gets a copy
         self._first: tuple[MessageId, dict[QoS, str]] | None = None  # see plain_names
 
+    @property
+    def folders(self) -> list[str]:
+        """The dropbox of each durable subscription on the route."""
+        return [path for _, path in self.durable]
+
     def plain_names(self, envelope: Envelope) -> dict[QoS, str]:
         """`copy_names(envelope, self.levels)` for a publication on this route with no properties
         and no expiry. Such names differ in the id alone, which IdFactory makes with nothing
@@ -125,7 +130,7 @@ class _Route:
         }
 
 
-_Planned = tuple[Envelope, bytes, _Route, dict[QoS, str]]  # a message, its route, its names
+_Planned = tuple[Envelope, bytes, Route, dict[QoS, str]]  # a message, its route, its names
 
 PublishedEach = Callable[[list[OSError | None]], None]
 """Told once a batch is as durable as the policy promises: per message, None or its error."""
@@ -366,6 +371,7 @@ class Publisher:
         *,
         superseded: bool = False,
         marked: Marked | None = None,
+        routes: Mapping[tuple[str, str | None], Route] | None = None,
     ) -> list[OSError | None]:
         """Publish files already written and flushed (exactly-once messages on `deliver`),
         each `(envelope, path, source, side_file)`, in order, their copies flushed together:
@@ -385,21 +391,28 @@ class Publisher:
 
         marked: for such a restart, when the files' `deliver` was marked and which retained
         file was in place then: a retained message or a delete written since (the file
-        itself before the crash, or a later one another process published meanwhile) stays."""
+        itself before the crash, or a later one another process published meanwhile) stays.
+
+        routes: the route of each (topic, source), as `exactly_once_route` found it for the
+        caller (the intake's deliver, which looked at their target/ before its marker); one
+        not given is found here. Not a retained one's that replaces its topic's retained
+        message: found again once it has, as a publish's is (`_publish_retained`)."""
         if not superseded:
             for envelope, _, _, _ in files:  # a loop, not any() of a generator: half its cost
                 if published_retained(envelope):
                     with self._retained_lock.shared():  # see its comment in __init__
-                        return self._send_files(files, retained=True, marked=marked)
-        return self._send_files(files, retained=False)
+                        return self._send_files(files, routes, retained=True, marked=marked)
+        return self._send_files(files, routes, retained=False)
 
     def _send_files(
         self,
         files: Sequence[tuple[Envelope, str, str | None, bytes | None]],
+        routes: Mapping[tuple[str, str | None], Route] | None,
         *,
         retained: bool,
         marked: Marked | None = None,
     ) -> list[OSError | None]:
+        found = routes or {}
         errors: list[OSError | None] = [None] * len(files)
         planned: list[tuple[int, _Planned]] = []
         moves: list[list[Move]] = []
@@ -412,13 +425,18 @@ class Publisher:
                 errors[index] = error
                 continue
             assert envelope.topic is not None
+            route = found.get((envelope.topic, source))
             if retained and published_retained(envelope):
                 try:
                     self._replace_retained(envelope, data, marked, side_file)
                 except OSError as error:
                     errors[index] = error
                     continue
-            route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
+                # A subscription made since the route was found got the retained message
+                # this one replaced, and must get this one too (see _retained_lock).
+                route = None
+            if route is None:
+                route = self.exactly_once_route(envelope, source)
             names = copy_names(envelope, route.levels)
             move = self._staged(envelope, data, path, route.durable, names)
             planned.append((index, (envelope, data, route, names)))
@@ -475,12 +493,12 @@ class Publisher:
         names = copy_names(envelope, route.levels)
         return [(path, names[destination.qos]) for destination, path in route.durable]
 
-    def subscription_folders_of(self, envelope: Envelope, source: str | None) -> list[str]:
-        """The folders of the durable subscriptions `send_files` would send `envelope` from
-        `source` to (an exactly-once `deliver` looks at their target/ first)."""
+    def exactly_once_route(self, envelope: Envelope, source: str | None) -> Route:
+        """Where `send_files` sends `envelope` from `source`: for an exactly-once `deliver`,
+        which looks at the target/ of its subscriptions first and hands the route to
+        `send_files` (`routes`)."""
         assert envelope.topic is not None
-        route = self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
-        return [path for _, path in route.durable]
+        return self._destinations(envelope.topic, QoS.EXACTLY_ONCE, source)
 
     def _route(
         self,
@@ -488,7 +506,7 @@ class Publisher:
         data: bytes,
         level: QoS,
         source: str | None,
-        route: _Route | None = None,
+        route: Route | None = None,
         *,
         side_file: bytes | None = None,
         kept: bool = False,
@@ -683,7 +701,7 @@ class Publisher:
         """`_stage_many`'s checks, and each message's envelope, route and names; the side
         files written for names that spill (client/spill.py) added to `placed`."""
         check_flag("reserved", reserved)
-        routes: dict[tuple[str, QoS, str | None], _Route] = {}  # a batch is mostly one topic
+        routes: dict[tuple[str, QoS, str | None], Route] = {}  # a batch is mostly one topic
         planned = []
         for message in messages:
             # publish's checks, each of which a batch skipped: its `mqtt.*` properties were
@@ -742,9 +760,9 @@ class Publisher:
             planned.append((envelope, body, route, names))
         return planned
 
-    def _destinations(self, topic: str, level: QoS, source: str | None) -> _Route:
+    def _destinations(self, topic: str, level: QoS, source: str | None) -> Route:
         durable, memory = self._routes.destinations(topic, level, source)
-        return _Route(durable, memory, level)
+        return Route(durable, memory, level)
 
     def _staged(
         self,

@@ -26,7 +26,7 @@ from boxmq.core.exactly_once import (
 from boxmq.core.leases import Lease
 from boxmq.core.ownership import check_holder
 from boxmq.core.qos import Ack, Action, Incoming, Outgoing, QoS, Request, delivery_qos
-from boxmq.core.queue import QueueEngine, QueuePolicy, QueueStats
+from boxmq.core.queue import QueueEngine, QueuePolicy, QueueStats, unlocked_until
 from boxmq.core.ready import Ready
 from boxmq.core.router import Destination, Router, Subscription, Unsubscribed, destination_name
 from boxmq.core.subscriptions import SubscriptionTree
@@ -77,6 +77,7 @@ __all__ = [
     "matcher",
     "matches",
     "parse_filter",
+    "unlocked_until",
     "validate_filter",
     "validate_topic",
 ]

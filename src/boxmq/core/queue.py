@@ -48,7 +48,13 @@ from boxmq.core.ready import Lane, Rank, Ready, ReadySet
 from boxmq.errors import InvalidArgument, check_count
 from boxmq.model import ConsumerId, MessageId
 
-__all__ = ["QueueEngine", "QueuePolicy", "QueueStats", "check_consumer_limits"]
+__all__ = ["QueueEngine", "QueuePolicy", "QueueStats", "check_consumer_limits", "unlocked_until"]
+
+
+def unlocked_until(delay: float, *, now: float) -> float:
+    """The `not_before` of a message unlocked `now` with `delay` seconds: the epoch seconds
+    it waits until, or 0 for no delay (ready at once, no `bx_nb` in its name)."""
+    return now + delay if delay > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,7 +393,7 @@ class QueueEngine:
         check_seconds("an unlock delay", delay, zero=True)  # before the lease is dropped
         lease = self._held(message_id, consumer, delivery)
         self._leases.drop(message_id)
-        not_before = now + delay if delay > 0 else 0.0
+        not_before = unlocked_until(delay, now=now)
         return self._release(lease, ReleaseReason.UNLOCKED, not_before=not_before)
 
     def reject(

@@ -812,24 +812,58 @@ class QueueService:
             (s for s in self._subscriptions.of_jid(iq.sender) if request.node in (None, s.node)),
             key=lambda s: s.node,
         )
-        listed = "".join(_subscription_element(s, "subscribed") for s in mine)
-        node = "" if request.node is None else f" node={_attr(request.node)}"
-        return render.result(
-            iq,
-            f"<pubsub xmlns='{ns.PUBSUB}'><subscriptions{node}>{listed}</subscriptions></pubsub>",
-        )
+        listed = (_subscription_element(s, "subscribed") for s in mine)
+        return self._listing(iq, "subscriptions", request.node, listed)
 
     def _affiliations_of(self, iq: Iq, request: RetrieveAffiliations) -> str:
         """XEP-0060 §5.7: the nodes the requester's bare JID owns (docs/xmpp.md, Owners),
         that one if it names one. Anyone may publish to and subscribe to every node, so no
         other affiliation is kept, nor listed."""
-        names = self._box.queues() if request.node is None else [request.node]
+        names = sorted(self._box.queues()) if request.node is None else [request.node]
         me = bare(iq.sender)
-        owned = sorted(n for n in names if not NOT_XML.search(n) and self._owner_of(n) == me)
-        listed = "".join(f"<affiliation node={_attr(n)} affiliation='owner'/>" for n in owned)
-        node = "" if request.node is None else f" node={_attr(request.node)}"
-        return render.result(
-            iq, f"<pubsub xmlns='{ns.PUBSUB}'><affiliations{node}>{listed}</affiliations></pubsub>"
+        # In order, each owner read as it is listed: a listing refused for its size reads
+        # no owner past the one that made it too big.
+        owned = (n for n in names if not NOT_XML.search(n) and self._owner_of(n) == me)
+        listed = (f"<affiliation node={_attr(n)} affiliation='owner'/>" for n in owned)
+        return self._listing(iq, "affiliations", request.node, listed)
+
+    def _listing(self, iq: Iq, what: str, node: str | None, elements: Iterable[str]) -> str:
+        """The result listing `elements` in a pubsub `<what/>` (of `node`, if named). Refused
+        (resource-constraint, as `_send_answer` refuses any result past the stanza size
+        limit) at the first element that would take it past the limit, the rest never made
+        (sized whole, it was refused only once every queue's owner had been read). XEP-0059
+        paging is not served, so it cannot be cut: a client asks of one node instead."""
+        named = "" if node is None else f" node={_attr(node)}"
+        opened, closed = f"<pubsub xmlns='{ns.PUBSUB}'><{what}{named}>", f"</{what}></pubsub>"
+        room = self._stanza_size_limit - len(render.result(iq, opened + closed).encode())
+        listed: list[str] = []
+        for element in elements:
+            room -= len(element.encode())
+            if room < 0:
+                raise self._listing_too_big(iq, what, len(listed))
+            listed.append(element)
+        return render.result(iq, opened + "".join(listed) + closed)
+
+    def _listing_too_big(self, iq: Iq, what: str, fit: int) -> StanzaError:
+        """The refusal of a listing of `what` whose first `fit` elements fit, logged as
+        `_send_answer` logs a result past the limit."""
+        if (more := self._size_line("cut", iq.sender)) is not None:
+            log.info(
+                "the answer to iq %.80s from %s would pass the stanza size limit (%d) after "
+                "%d %s: sent as %s without the result%s",
+                iq.id,
+                iq.sender,
+                self._stanza_size_limit,
+                fit,
+                what,
+                _ANSWER_TOO_BIG.name,
+                more,
+            )
+        return StanzaError(
+            _ANSWER_TOO_BIG,
+            f"the {what} would pass the {self._stanza_size_limit} bytes a stanza from this "
+            f"service may carry after the first {fit}, and XEP-0059 paging is not served: "
+            "ask for those of one node",
         )
 
     def _owner_of(self, node: str) -> str | None:

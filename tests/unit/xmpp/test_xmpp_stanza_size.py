@@ -200,3 +200,68 @@ def test_lines_about_answers_past_the_limit_are_said_once_a_minute_per_sender_th
         [line] = said
         assert alice_too in line
         assert line.endswith("(100 more since the last line)")
+
+
+def _long_queues(box: boxmq.Box, count: int) -> list[str]:
+    """`count` queues of 150-character names, in order, owned by ALICE (a create's owner):
+    100 of them list in 20 kB or more, past a limit of 16 KiB."""
+    names = [f"{n:03d}" + "q" * 147 for n in range(count)]
+    for name in names:
+        box.queue(name).set_owner(ALICE.split("/")[0])
+    return names
+
+
+def test_affiliations_past_the_limit_are_refused_before_every_owner_is_read(
+    box: boxmq.Box, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    limit = 16 * 1024
+    wire = Wire(box, stanza_size_limit=limit)
+    nodes = _long_queues(box, 100)
+    owners_read: list[str] = []
+    owner_of = wire.service._owner_of
+
+    def counted(node: str) -> str | None:
+        owners_read.append(node)
+        return owner_of(node)
+
+    monkeypatch.setattr(wire.service, "_owner_of", counted)
+    caplog.set_level(logging.INFO, "boxmq.xmpp")
+    affiliations = f"<pubsub xmlns='{PS}'><affiliations/></pubsub>"
+    reply = wire.iq(ALICE, affiliations, type="get")
+    assert condition(reply) == ("cancel", "resource-constraint")
+    text = error_text(reply)
+    assert text.startswith(f"the affiliations would pass the {limit} bytes a stanza from this ")
+    fit = int(text.split("after the first ")[1].split(",")[0])
+    assert 40 < fit < len(nodes)
+    assert text.endswith("XEP-0059 paging is not served: ask for those of one node")
+    # read in order up to the one that did not fit: the old code read all 100 first
+    assert owners_read == nodes[: fit + 1]
+    [line] = logged(caplog, "would pass the stanza size limit")
+    assert f"after {fit} affiliations: sent as resource-constraint without the result" in line
+    # one node's is answered
+    one = f"<pubsub xmlns='{PS}'><affiliations node='{nodes[-1]}'/></pubsub>"
+    reply = wire.iq(ALICE, one, type="get")
+    listed = [a.get("node") for a in reply.iter(ns.tag(ns.PUBSUB, "affiliation"))]
+    assert listed == [nodes[-1]]
+
+
+def test_subscriptions_past_the_limit_are_refused_saying_how_to_ask_for_fewer(
+    box: boxmq.Box,
+) -> None:
+    limit = 16 * 1024
+    wire = Wire(box, stanza_size_limit=limit)
+    nodes = _long_queues(box, 100)
+    for node in nodes:
+        assert wire.subscribe(ALICE, 1, node=node).get("type") == "result"
+    subscriptions = f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>"
+    reply = wire.iq(ALICE, subscriptions, type="get")
+    assert condition(reply) == ("cancel", "resource-constraint")
+    # the old text said only the size: "the answer would be 29163 bytes, over the 16384 ..."
+    assert error_text(reply).startswith(f"the subscriptions would pass the {limit} bytes ")
+    assert error_text(reply).endswith("ask for those of one node")
+    one = f"<pubsub xmlns='{PS}'><subscriptions node='{nodes[0]}'/></pubsub>"
+    reply = wire.iq(ALICE, one, type="get")
+    assert [s.get("node") for s in reply.iter(ns.tag(ns.PUBSUB, "subscription"))] == [nodes[0]]
+    # all of them under the default limit
+    reply = Wire(box).iq(ALICE, subscriptions, type="get")
+    assert reply.get("type") == "result"
