@@ -644,6 +644,21 @@ def test_a_body_given_twice_is_a_usage_error_that_makes_no_root(
     assert not (tmp_path / "data").exists()
 
 
+def test_a_queue_name_too_long_for_its_folder_says_to_shorten_it(root: Path) -> None:
+    # It said only "encodes to 600 bytes, over the 255-byte file-name limit", and the docs
+    # said any queue name is allowed: nothing told the user what to type instead.
+    for name, size in (("a" * 256, 256), ("\u00e9" * 100, 600)):
+        done = boxmq_cli(root, "put", name, "x")
+        assert (done.returncode, done.stdout) == (1, "")
+        assert done.stderr == (
+            f"boxmq put: destination name {name[:40]!r}... encodes to {size} bytes, over the "
+            "255-byte file-name limit: give a shorter name (a character other than a letter, "
+            "a digit, '_', '-', '.' or '~' takes 3 to 12 bytes once percent-encoded)\n"
+        )
+        assert not root.exists()
+    assert ok(root, "put", "a" * 255, "x")  # the longest that fits
+
+
 def test_a_conflict_s_peek_command_is_quoted_for_a_shell(root: Path) -> None:
     # `boxmq peek night jobs --state processing` was two queue words to a shell.
     ok(root, "put", "night jobs", "x")
