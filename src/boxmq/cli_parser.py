@@ -374,7 +374,7 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
 def _body_arguments(p: argparse.ArgumentParser) -> None:
     """put's and publish's BODY, or --file (cli.main refuses both)."""
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
-    p.add_argument("--file", help="read the body from this file")
+    p.add_argument("--file", help="read the body from this file ('-': stdin)")
 
 
 def _property_arguments(p: argparse.ArgumentParser) -> None:

@@ -1221,6 +1221,18 @@ def test_a_body_from_a_closed_stdin_is_one_clear_line_and_nothing_is_sent(
     assert [row["ready"] for row in counts["queues"] + counts["subscriptions"]] == [1, 0]
 
 
+def test_file_dash_reads_the_body_from_the_standard_input(root: Path) -> None:
+    """`--file -` said `cannot read -: No such file or directory`, exit 1, where BODY `-`
+    reads the standard input: the spelling of most tools (a file named `-` is `--file ./-`)."""
+    ok(root, "subscribe", "t", "--name", "k", "--keep", "--idle", "0")
+    for command in (("put", "q"), ("publish", "t")):
+        ok(root, *command, "--file", "-", stdin="from stdin\n")
+    got = json.loads(ok(root, "--json", "get", "q"))
+    assert got["body"] == "from stdin\n"
+    [line] = ok(root, "--json", "subscribe", "t", "--name", "k", "--idle", "0").splitlines()
+    assert json.loads(line)["body"] == "from stdin\n"
+
+
 @pytest.mark.parametrize(
     "command",
     [
