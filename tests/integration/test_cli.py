@@ -249,6 +249,24 @@ def test_get_on_an_empty_queue_says_so_with_status_3(root: Path) -> None:
     assert "no message is ready" in done.stderr
 
 
+def test_get_says_which_ready_messages_it_found_expired(root: Path) -> None:
+    """`ls` counts a message whose expiration passed in target/ READY until a sweep or a get
+    moves it to expired/; `get` moved it without a word, and said "no message is ready": the
+    user saw one ready, then none, with nothing said of where it went."""
+    ok(root, "put", "jobs", "seed")
+    ok(root, "get", "jobs")
+    _dropped(root, "jobs", "4.old.T.1000")  # a script's, expired in 1970
+    assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1
+    done = boxmq_cli(root, "get", "jobs")
+    assert (done.returncode, done.stdout) == (3, "")
+    said = done.stderr.splitlines()
+    assert said[0].endswith(
+        " INFO boxmq: jobs: 1 message(s) expired before a consumer took them: moved to expired/"
+    )
+    assert said[1:] == ["boxmq get: no message is ready in 'jobs'"]
+    assert os.listdir(root / "jobs" / "expired") == ["4.old.T.1000"]
+
+
 @pytest.mark.parametrize(
     ("args", "status", "says"),
     [
