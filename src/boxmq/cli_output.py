@@ -297,5 +297,6 @@ def listed(properties: Mapping[str, PropertyValue]) -> str:
 
 
 def emit(args: argparse.Namespace, record: dict[str, Any], text: str) -> None:
-    """`record` as JSON with --json, else `text`: what a command that did one thing says."""
-    out(to_json(record) if args.json else text)
+    """`record` as JSON with --json, else `text`: what a command that did one thing says, on
+    one line as `said` writes it (a newline in a queue's name printed two)."""
+    out(to_json(record) if args.json else said(text))

@@ -571,6 +571,33 @@ def test_a_table_keeps_one_line_per_row_whatever_a_name_holds(root: Path) -> Non
     assert lines[1].startswith("a\\nb ")
 
 
+def test_what_a_command_says_it_did_keeps_to_one_line_whatever_a_name_holds(root: Path) -> None:
+    """`ls` and `get` escape a newline in a name, as errors do; the line saying what was done
+    (requeue, purge, delete, unsubscribe, peek of an empty folder, subscribe's note on a kept
+    subscription) printed it as it was, one line in two for a script or a log reader."""
+    ok(root, "put", "a\nb", "x")
+    said = [
+        ok(root, "requeue", "a\nb"),
+        ok(root, "purge", "a\nb"),
+        ok(root, "peek", "a\nb"),
+        ok(root, "delete", "a\nb"),
+        ok(root, "subscribe", "t\n", "--name", "k", "--keep", "--idle", "0"),
+    ]
+    note = boxmq_cli(root, "subscribe", "t\n", "--name", "k", "--idle", "0").stderr
+    said += [note, ok(root, "unsubscribe", "t\n", "--name", "k"), ok(root, "retained", "t\n")]
+    assert said == [
+        "a\\nb: 0 message(s) from error/ back to target/\n",
+        "a\\nb: 1 message(s) deleted from target/\n",
+        "a\\nb: no messages in target/\n",
+        "a\\nb: deleted, with its 0 message(s)\n",
+        "",
+        "boxmq subscribe: reading the kept subscription t\\n of k; it stays after this run "
+        "(`boxmq unsubscribe 't\\n' --name k` ends it)\n",
+        "unsubscribed: t\\n k\n",
+        f"no retained messages match t\\n under {root}\n",
+    ]
+
+
 def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
     ok(root, "put", "jobs", "x")
     message_id = json.loads(ok(root, "--json", "get", "jobs", "--consumer", "alice"))["id"]
