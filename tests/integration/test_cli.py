@@ -129,6 +129,13 @@ def test_put_into_a_queue_whose_target_is_a_file_says_the_queue_is_broken(root: 
     assert sorted(folder.rglob("*")) == before  # nothing put, nothing made
 
 
+def test_version_prints_the_version_and_makes_no_root(root: Path) -> None:
+    """`boxmq --version` said "the following arguments are required: COMMAND", exit 2."""
+    done = boxmq_cli(root, "--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"boxmq {boxmq.__version__}\n", "")
+    assert not root.exists()
+
+
 def test_human_output_of_get_and_ls(root: Path) -> None:
     ok(root, "put", "jobs", "-", stdin="from stdin")
     text = ok(root, "get", "jobs")
