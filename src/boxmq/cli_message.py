@@ -91,7 +91,9 @@ MAX_BODY = 268_435_455
 
 
 def _body(args: argparse.Namespace) -> bytes:
-    if args.file is not None:  # BODY is None: cli.main refused both
+    # `--file -` is the standard input, as BODY `-` is (`--file ./-` names a file so called):
+    # it said "cannot read -: No such file or directory".
+    if args.file is not None and args.file != "-":  # BODY is None: cli.main refused both
         try:
             with open(args.file, "rb") as source:
                 where = f"--file {args.file}"

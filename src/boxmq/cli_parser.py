@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from boxmq import cli_dropbox
+from boxmq import __version__, cli_dropbox
 from boxmq import cli_output as output
 from boxmq import cli_types as types
 from boxmq.cli_args import PROPERTY_TYPES, Default
@@ -225,6 +225,11 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,  # the recipe on a line of its own
     )
     _add_common(parser, defaults=True)
+    # What `boxmq --version` said was "the following arguments are required: COMMAND"; the
+    # version was to be had from an MQTT client's $SYS/broker/version alone.
+    parser.add_argument(
+        "--version", action="version", version=f"boxmq {__version__}", help="print it and exit"
+    )
     commands = parser.add_subparsers(required=True, metavar="COMMAND", action=Commands)
     assert isinstance(commands, Commands)
     # serve prints nothing but its log: its --help does not offer --json, which main refuses
@@ -374,7 +379,7 @@ def _publish_arguments(p: argparse.ArgumentParser) -> None:
 def _body_arguments(p: argparse.ArgumentParser) -> None:
     """put's and publish's BODY, or --file (cli.main refuses both)."""
     p.add_argument("body", nargs="?", help="the body; omit it (or '-') to read stdin")
-    p.add_argument("--file", help="read the body from this file")
+    p.add_argument("--file", help="read the body from this file ('-': stdin)")
 
 
 def _property_arguments(p: argparse.ArgumentParser) -> None:

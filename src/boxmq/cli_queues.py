@@ -37,7 +37,7 @@ def ls(args: argparse.Namespace, box: Box) -> int:
         output.out(output.to_json({"queues": queues, "subscriptions": subscriptions}))
         return 0
     if not queues and not subscriptions:
-        output.out(f"no queues or subscriptions under {box.root}")
+        output.out(output.said(f"no queues or subscriptions under {box.root}"))
     for rows in (queues, subscriptions):
         if rows:
             output.table(rows)
@@ -64,7 +64,7 @@ def peek(args: argparse.Namespace, box: Box) -> int:
     if args.json:
         output.out(output.to_json(rows))
     elif not rows:
-        output.out(f"{args.queue}: no messages in {args.state}/")
+        output.out(output.said(f"{args.queue}: no messages in {args.state}/"))
     else:
         output.table(rows)
     return 0

@@ -38,7 +38,7 @@ def retained(args: argparse.Namespace, box: Box) -> int:
     if args.json:
         output.out(output.to_json(rows))
     elif not rows:
-        output.out(f"no retained messages match {args.filter} under {box.root}")
+        output.out(output.said(f"no retained messages match {args.filter} under {box.root}"))
     else:
         output.table(rows)
     return 0

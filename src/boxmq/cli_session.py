@@ -75,7 +75,7 @@ def ls(args: argparse.Namespace, box: Box) -> int:
         output.out(output.to_json(sessions))
         return 0
     if not sessions:  # a line saying so, as `ls` and `peek` say it, not a silence
-        output.out(f"no persistent MQTT sessions under {box.root}")
+        output.out(output.said(f"no persistent MQTT sessions under {box.root}"))
         return 0
     output.table(
         [

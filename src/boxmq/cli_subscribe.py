@@ -73,8 +73,10 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
             # lost its `$share` to the shell, and a name with a space was two words.
             ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
             output.err(
-                f"boxmq subscribe: reading the kept {what} {args.filter} of "
-                f"{args.subscriber}; it stays after this run (`{ends}` ends it)",
+                output.said(
+                    f"boxmq subscribe: reading the kept {what} {args.filter} of "
+                    f"{args.subscriber}; it stays after this run (`{ends}` ends it)"
+                ),
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle
         try:

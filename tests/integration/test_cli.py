@@ -129,6 +129,13 @@ def test_put_into_a_queue_whose_target_is_a_file_says_the_queue_is_broken(root: 
     assert sorted(folder.rglob("*")) == before  # nothing put, nothing made
 
 
+def test_version_prints_the_version_and_makes_no_root(root: Path) -> None:
+    """`boxmq --version` said "the following arguments are required: COMMAND", exit 2."""
+    done = boxmq_cli(root, "--version")
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"boxmq {boxmq.__version__}\n", "")
+    assert not root.exists()
+
+
 def test_human_output_of_get_and_ls(root: Path) -> None:
     ok(root, "put", "jobs", "-", stdin="from stdin")
     text = ok(root, "get", "jobs")
@@ -247,6 +254,24 @@ def test_get_on_an_empty_queue_says_so_with_status_3(root: Path) -> None:
     done = boxmq_cli(root, "get", "jobs")
     assert done.returncode == 3
     assert "no message is ready" in done.stderr
+
+
+def test_get_says_which_ready_messages_it_found_expired(root: Path) -> None:
+    """`ls` counts a message whose expiration passed in target/ READY until a sweep or a get
+    moves it to expired/; `get` moved it without a word, and said "no message is ready": the
+    user saw one ready, then none, with nothing said of where it went."""
+    ok(root, "put", "jobs", "seed")
+    ok(root, "get", "jobs")
+    _dropped(root, "jobs", "4.old.T.1000")  # a script's, expired in 1970
+    assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1
+    done = boxmq_cli(root, "get", "jobs")
+    assert (done.returncode, done.stdout) == (3, "")
+    said = done.stderr.splitlines()
+    assert said[0].endswith(
+        " INFO boxmq: jobs: 1 message(s) expired before a consumer took them: moved to expired/"
+    )
+    assert said[1:] == ["boxmq get: no message is ready in 'jobs'"]
+    assert os.listdir(root / "jobs" / "expired") == ["4.old.T.1000"]
 
 
 @pytest.mark.parametrize(
@@ -553,6 +578,33 @@ def test_a_table_keeps_one_line_per_row_whatever_a_name_holds(root: Path) -> Non
     assert lines[1].startswith("a\\nb ")
 
 
+def test_what_a_command_says_it_did_keeps_to_one_line_whatever_a_name_holds(root: Path) -> None:
+    """`ls` and `get` escape a newline in a name, as errors do; the line saying what was done
+    (requeue, purge, delete, unsubscribe, peek of an empty folder, subscribe's note on a kept
+    subscription) printed it as it was, one line in two for a script or a log reader."""
+    ok(root, "put", "a\nb", "x")
+    said = [
+        ok(root, "requeue", "a\nb"),
+        ok(root, "purge", "a\nb"),
+        ok(root, "peek", "a\nb"),
+        ok(root, "delete", "a\nb"),
+        ok(root, "subscribe", "t\n", "--name", "k", "--keep", "--idle", "0"),
+    ]
+    note = boxmq_cli(root, "subscribe", "t\n", "--name", "k", "--idle", "0").stderr
+    said += [note, ok(root, "unsubscribe", "t\n", "--name", "k"), ok(root, "retained", "t\n")]
+    assert said == [
+        "a\\nb: 0 message(s) from error/ back to target/\n",
+        "a\\nb: 1 message(s) deleted from target/\n",
+        "a\\nb: no messages in target/\n",
+        "a\\nb: deleted, with its 0 message(s)\n",
+        "",
+        "boxmq subscribe: reading the kept subscription t\\n of k; it stays after this run "
+        "(`boxmq unsubscribe 't\\n' --name k` ends it)\n",
+        "unsubscribed: t\\n k\n",
+        f"no retained messages match t\\n under {root}\n",
+    ]
+
+
 def test_ack_of_someone_else_s_lock_is_a_conflict(root: Path) -> None:
     ok(root, "put", "jobs", "x")
     message_id = json.loads(ok(root, "--json", "get", "jobs", "--consumer", "alice"))["id"]
@@ -642,6 +694,21 @@ def test_a_body_given_twice_is_a_usage_error_that_makes_no_root(
             f"boxmq {command}: error: give the body either as BODY or with --file, not both\n"
         )
     assert not (tmp_path / "data").exists()
+
+
+def test_a_queue_name_too_long_for_its_folder_says_to_shorten_it(root: Path) -> None:
+    # It said only "encodes to 600 bytes, over the 255-byte file-name limit", and the docs
+    # said any queue name is allowed: nothing told the user what to type instead.
+    for name, size in (("a" * 256, 256), ("\u00e9" * 100, 600)):
+        done = boxmq_cli(root, "put", name, "x")
+        assert (done.returncode, done.stdout) == (1, "")
+        assert done.stderr == (
+            f"boxmq put: destination name {name[:40]!r}... encodes to {size} bytes, over the "
+            "255-byte file-name limit: give a shorter name (a character other than a letter, "
+            "a digit, '_', '-', '.' or '~' takes 3 to 12 bytes once percent-encoded)\n"
+        )
+        assert not root.exists()
+    assert ok(root, "put", "a" * 255, "x")  # the longest that fits
 
 
 def test_a_conflict_s_peek_command_is_quoted_for_a_shell(root: Path) -> None:
@@ -1204,6 +1271,18 @@ def test_a_body_from_a_closed_stdin_is_one_clear_line_and_nothing_is_sent(
     )
     counts = json.loads(ok(root, "--json", "ls"))
     assert [row["ready"] for row in counts["queues"] + counts["subscriptions"]] == [1, 0]
+
+
+def test_file_dash_reads_the_body_from_the_standard_input(root: Path) -> None:
+    """`--file -` said `cannot read -: No such file or directory`, exit 1, where BODY `-`
+    reads the standard input: the spelling of most tools (a file named `-` is `--file ./-`)."""
+    ok(root, "subscribe", "t", "--name", "k", "--keep", "--idle", "0")
+    for command in (("put", "q"), ("publish", "t")):
+        ok(root, *command, "--file", "-", stdin="from stdin\n")
+    got = json.loads(ok(root, "--json", "get", "q"))
+    assert got["body"] == "from stdin\n"
+    [line] = ok(root, "--json", "subscribe", "t", "--name", "k", "--idle", "0").splitlines()
+    assert json.loads(line)["body"] == "from stdin\n"
 
 
 @pytest.mark.parametrize(

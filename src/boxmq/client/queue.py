@@ -497,13 +497,24 @@ class Queue:
         if len(known) > 2 * len(names) + 1000:  # the names gone since, dropped now and then
             for name in known.keys() - set(names):  # in place: other Queues share the dict
                 known.pop(name, None)
-        for name in expired:
-            self._box.move(State.TARGET, name, State.EXPIRED)
+        if expired:
+            self._expire(expired)
         set_aside_strays(self._box, self.name, strays)
         heapq.heapify(ready)
         while ready:
             _, _, name, envelope = heapq.heappop(ready)
             yield name, envelope_of(name) if envelope is None else envelope
+
+    def _expire(self, names: list[str]) -> None:
+        """Move to expired/ what get found expired in target/, said once: `boxmq ls` counted
+        those READY, and a get that then said "no message is ready" told nothing of them."""
+        moved = sum(self._box.move(State.TARGET, name, State.EXPIRED) for name in names)
+        if moved:
+            log.info(
+                "%s: %d message(s) expired before a consumer took them: moved to expired/",
+                self.name,
+                moved,
+            )
 
     def ack(self, message_id: str, consumer: str = "cli") -> None:
         self._disk.ack(_message_id(message_id), check_consumer_name(consumer))

@@ -659,7 +659,9 @@ def escape_segment(text: str) -> str:
     if len(segment) > NAME_LIMIT:
         raise InvalidName(
             f"destination name {text[:40]!r}... encodes to {len(segment)} bytes, "
-            f"over the {NAME_LIMIT}-byte file-name limit"
+            f"over the {NAME_LIMIT}-byte file-name limit: give a shorter name (a character "
+            "other than a letter, a digit, '_', '-', '.' or '~' takes 3 to 12 bytes once "
+            "percent-encoded)"
         )
     return segment
 
