@@ -6,6 +6,9 @@ from __future__ import annotations
 import errno
 import os
 
+from boxmq.store.layout import State
+from boxmq.store.topics import SUBSCRIPTIONS_DIR
+
 
 def os_error(
     error: OSError,
@@ -30,6 +33,34 @@ def os_error(
     if error.filename2 is not None:
         where += f" -> {os.fsdecode(error.filename2)}"
     return f"{where}: {what}{hint}"
+
+
+def not_a_root(path: str, root_from: str | None = None) -> str | None:
+    """What is wrong with a queue's or a subscription's own folder given as the root
+    (`--data data/jobs`: `ls` listed nothing, a `put` made a queue inside the queue), naming
+    the root it is in; None for any other folder. Told by its state folders: a queue named
+    `target` is a folder holding a target/ of its own, which a dropbox's target/ (message
+    files) never does. `root_from`: where the root came from when not --data or $BOXMQ_DATA."""
+    target = os.path.join(path, State.TARGET.value)
+    if not (
+        os.path.isdir(target)
+        and os.path.isdir(os.path.join(path, State.PROCESSING.value))
+        and not os.path.isdir(os.path.join(target, State.TARGET.value))
+    ):
+        return None
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(parent) == SUBSCRIPTIONS_DIR:  # <root>/topic-root/<filter>/.subscriptions
+        what, root = (
+            "a subscription's folder",
+            os.path.dirname(os.path.dirname(os.path.dirname(parent))),
+        )
+    else:
+        what, root = "a queue's folder", parent
+    given = root_from or "--data or $BOXMQ_DATA"
+    return (
+        f"{path} is {what} (it holds target/ and processing/), not a root: check {given}, "
+        f"which takes the folder that holds the queues ({root})"
+    )
 
 
 def _within(path: str, folder: str) -> bool:

@@ -2056,6 +2056,45 @@ def test_a_root_blocked_by_a_file_says_to_move_it_not_that_put_makes_it(
     assert (tmp_path / "file").read_text() == "kept"
 
 
+@pytest.mark.parametrize(
+    "command", [["ls"], ["put", "x", "hi"], ["get", "jobs"], ["serve", "--mqtt", "127.0.0.1:0"]]
+)
+def test_a_queue_s_own_folder_as_the_root_is_refused_naming_the_root(
+    root: Path, command: list[str]
+) -> None:
+    """`--data data/jobs` (a queue's folder, not the root) said "no queues or subscriptions",
+    and a put there made a queue inside the queue: found walking the README as a new user.
+    Each command says which folder is the root (serve before it listens), and nothing is
+    made or moved."""
+    ok(root, "put", "jobs", "kept")
+    before = sorted(os.walk(root / "jobs"))
+    done = boxmq_cli(root / "jobs", *command)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (  # serve's log lines before it
+        f"boxmq {command[0]}: {root / 'jobs'} is a queue's folder (it holds target/ and "
+        "processing/), not a root: check --data or $BOXMQ_DATA, which takes the folder that "
+        f"holds the queues ({root})"
+    )
+    assert sorted(os.walk(root / "jobs")) == before
+
+
+def test_a_subscription_s_folder_as_the_root_names_the_root_above_topic_root(root: Path) -> None:
+    """The same for a subscription's dropbox, four folders under the root; a root holding
+    queues named target and processing is a root, not a dropbox."""
+    ok(root, "subscribe", "t/#", "--name", "s", "--idle", "0", "--keep")
+    [folder] = (root / "topic-root").glob("*/.subscriptions/*")
+    done = boxmq_cli(folder, "ls")
+    assert done.returncode == 1
+    assert "is a subscription's folder (it holds target/ and processing/)" in done.stderr
+    assert done.stderr.endswith(f"holds the queues ({root})\n")
+    for queue in ("target", "processing"):
+        ok(root, "put", queue, "a queue's message")
+    assert [line.split()[0] for line in ok(root, "ls").splitlines()[1:3]] == [
+        "processing",
+        "target",
+    ]
+
+
 @pytest.mark.parametrize("given", ["flag", "env"])
 def test_a_data_folder_under_a_quoted_tilde_is_in_the_home_folder(
     tmp_path: Path, given: str

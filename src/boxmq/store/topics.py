@@ -46,6 +46,7 @@ from boxmq.store.temporaries import TEMPORARY_PREFIX
 __all__ = [
     "EXACTLY_ONCE_PENDING",
     "KEPT_CHANGES",
+    "SUBSCRIPTIONS_DIR",
     "Change",
     "Counted",
     "SubscriptionRecord",
@@ -78,7 +79,7 @@ __all__ = [
 ]
 
 _RECORD = ".subscription"
-_SUBSCRIPTIONS = ".subscriptions"
+SUBSCRIPTIONS_DIR: Final = ".subscriptions"  # a topic folder's folder of its subscriptions
 _GENERATION = ".generation"
 
 
@@ -163,7 +164,7 @@ def subscription_path(root: str, filter: str, key: str) -> str:
     """A filter or a share group's name too long for a folder name is shortened: the record
     inside holds them whole."""
     return os.path.join(
-        topic_root(root), folder_segment(filter), _SUBSCRIPTIONS, folder_segment(key)
+        topic_root(root), folder_segment(filter), SUBSCRIPTIONS_DIR, folder_segment(key)
     )
 
 
@@ -220,7 +221,7 @@ def subscription_folders(root: str) -> Iterator[str]:
         for entry in filters:
             if entry.name.startswith(".") or not entry.is_dir():
                 continue
-            holder = os.path.join(entry.path, _SUBSCRIPTIONS)
+            holder = os.path.join(entry.path, SUBSCRIPTIONS_DIR)
             with contextlib.suppress(FileNotFoundError), os.scandir(holder) as keys:
                 for key in keys:
                     yield key.path
