@@ -53,8 +53,10 @@ system-deps:
 install: $(VENV)/.installed
 dev: $(VENV)/.dev-installed
 
+# `make run MQTT=127.0.0.1:1884` when 1883 is taken (another broker, another user's make run).
+MQTT ?=
 run: $(VENV)/.installed
-	$(BIN)/boxmq serve --data $(DATA)
+	$(BIN)/boxmq serve --data $(DATA)$(if $(MQTT), --mqtt $(MQTT))
 
 # The whole pipeline on this machine: sensors over MQTT -> boxmq serve -> Spark -> Parquet,
 # alerts back over MQTT, a plot (examples/demo.py; DEMO_DIR must not hold an earlier run).
