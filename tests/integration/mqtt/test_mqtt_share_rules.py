@@ -377,6 +377,32 @@ def test_a_negative_acknowledgement_is_never_sent_to_another_member(
         refuser.close()
 
 
+def test_a_message_too_large_for_the_member_it_went_to_is_discarded_for_the_group(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.1.2-25: a PUBLISH over a client's Maximum Packet Size is discarded, as if it had
+    been sent. For a share group, MQTT 5.0 §3.1.2.11.4 lets the server either discard it for
+    every member or send it to one that can take it: boxmq discards it (settled, as
+    acknowledged, not kept in error/), so no other member gets it, and the group goes on."""
+    small = paho(server, "small", connect_properties={"MaximumPacketSize": 100})
+    large = paho(server, "large")
+    for member in (small, large):
+        member.subscribe("$share/g/big/#", 1)
+    pub = paho(server, "pub")
+    sent = [bytes([i]) * 200 for i in range(4)]
+    for payload in sent:
+        pub.publish("big/x", payload, 1)
+    got = _drain(large, within=1.0)
+    assert got  # in turn: those given to "small" are gone
+    assert set(got) < set(sent)
+    assert _drain(small) == []
+    pub.publish("big/x", b"fits", 1)
+    assert _drain(small) + _drain(large) == [b"fits"]
+    states = ("target", "processing", "processed", "error")
+    stored = [p.parent.name for p in server.root.glob("topic-root/*/.subscriptions/*/*/*")]
+    assert sorted(f for f in stored if f in states) == ["processed"] * 5  # settled, none dead
+
+
 def _one_each(
     server: RunningServer, client_id: str, *, clean: bool, expiry: int, qos: int = 2
 ) -> tuple[socket.socket, raw.Received, Paho]:
