@@ -20,6 +20,7 @@ from tests.integration.mqtt.clients import (
     boxmq_cli_ok,
     drop,
     paho,
+    start_server,
 )
 from tests.integration.mqtt.raw import (
     open_raw,
@@ -782,3 +783,44 @@ def test_a_311_and_a_v5_member_share_one_group(server: RunningServer) -> None:
     assert all(got.values()), got  # both take turns
     assert sorted(m.payload for ms in got.values() for m in ms) == sent
     assert {m.qos for ms in got.values() for m in ms} == {2}
+
+
+def test_a_message_too_large_for_the_members_there_goes_to_error_when_the_one_away_ends(
+    server: RunningServer,
+) -> None:
+    """The member waited for ends its session (it connects again with a clean start) holding
+    nothing: the members left, who cannot take it, are told of it, and it goes to error/."""
+    away = _small(server, "away", clean=False, expiry=3600)
+    away.subscribe("$share/g/big/#", 1)
+    away.stop()
+    small = _small(server, "small")
+    small.subscribe("$share/g/big/#", 1)
+    paho(server, "pub").publish("big/x", b"x" * BIG, 1)
+    assert small.nothing(within=0.5)
+    paho(server, "away", clean=True)  # its session, and its membership, end
+    until(lambda: len(_group_states(server.root)["error"]) == 1, lambda: _group_states(server.root))
+    assert "too-large" in _group_states(server.root)["error"][0]
+
+
+def test_under_hash_by_key_a_message_too_large_for_its_keys_member_goes_to_error(
+    tmp_path: Path,
+) -> None:
+    """No other member may have a key's messages (their order would break): a message too
+    large for its key's member goes to error/ at once, and the others' keys go on."""
+    with start_server(tmp_path / "root", group_dispatch={"g": "hash-by-key"}) as running:
+        small = _small(running, "small")
+        large = paho(running, "large")
+        for member in (small, large):
+            member.subscribe("$share/g/big/#", 1)
+        pub = paho(running, "pub")
+        topics = [f"big/{n}" for n in range(8)]
+        for topic in topics:
+            pub.publish(topic, topic.encode().ljust(BIG), 1)
+        got = {m.topic for m in _drain_received(large)}
+        until(
+            lambda: len(_group_states(running.root)["error"]) == len(topics) - len(got),
+            lambda: (got, _group_states(running.root)),
+        )
+        assert 0 < len(got) < len(topics)  # the keys are spread over both members
+        assert all("too-large" in name for name in _group_states(running.root)["error"])
+        assert small.nothing(within=0.1)
