@@ -357,11 +357,12 @@ class Connection:
         """Whether `packet` goes out within the client's Maximum Packet Size, as it is, with
         no topic alias (one of ours could only make it shorter). Encodes it: for the rare
         caller that must know before it sends (a share group's QoS 0 copy, `Delivery._hand`)."""
+        limit = self.client_max_packet_size
+        if not limit:  # most clients: nothing to encode
+            return True
         version = self.version
         assert version is not None, "nothing is sent before CONNECT"
-        limit = self.client_max_packet_size
-        v5 = version is _V5
-        return not limit or len(encode_publish(packet, v5, packet.packet_id, False)) <= limit
+        return len(encode_publish(packet, version is _V5, packet.packet_id, False)) <= limit
 
     def _send_other(self, packet: Packet, version: ProtocolVersion) -> None:
         """Any packet but a PUBLISH: one over the client's limit goes without its properties."""
