@@ -354,9 +354,10 @@ class Connection:
         return True
 
     def fits(self, packet: Publish) -> bool:
-        """Whether `packet` goes out within the client's Maximum Packet Size, as it is, with
-        no topic alias (one of ours could only make it shorter). Encodes it: for the rare
-        caller that must know before it sends (a share group's QoS 0 copy, `Delivery._hand`)."""
+        """Whether `packet` fits the client's Maximum Packet Size without a topic alias, so
+        that `send_publish` sends it, with an alias or without (one that fits only with an
+        alias set before is taken for too large). Encodes it: for the rare caller that must
+        know before it sends (a share group's QoS 0 copy, `Delivery._hand`)."""
         limit = self.client_max_packet_size
         if not limit:  # most clients: nothing to encode
             return True

@@ -303,8 +303,9 @@ class Delivery:
         self, session: Session, packet: Publish, unencodable: Exception | None
     ) -> list[Publish]:
         """A PUBLISH not sent: its message settled as if acknowledged (over the client's
-        Maximum Packet Size) or rejected to error/ (`unencodable`: why it could not be
-        encoded). Returns what may go out in its slot now."""
+        Maximum Packet Size), declined for another member (a share group's, `_decline`), or
+        rejected to error/ (`unencodable`: why it could not be encoded). Returns what may go
+        out in its slot now."""
         packet_id = packet.packet_id
         message = None if packet_id is None else session.outbox.discard(packet_id)
         if unencodable is None and message is not None and message.queue.startswith(_SHARED):
