@@ -1961,3 +1961,28 @@ def test_options_set_on_an_open_box_rule_the_engines_made_after(root: Path) -> N
             message.unlock()
             assert consumer.receive_nowait() is None  # dead at its first delivery
     assert len(files(root, "jobs", "error")) == 1
+
+
+def test_a_declined_message_goes_to_the_other_consumer_and_to_error_once_all_declined(
+    box: boxmq.Box, root: Path
+) -> None:
+    """`Message.decline`: for another consumer, its delivery not counted, never back to the
+    one that declined it; declined by every consumer, it is in error/ as too-large. A get's
+    lock knows no other consumer: its decline is an unlock."""
+    jobs = box.queue("jobs")
+    jobs.put(b"big")
+    with jobs.consumer("a") as a, jobs.consumer("b") as b:
+        [first] = drain(a) or drain(b)
+        declined, other = (a, b) if first.consumer == "a" else (b, a)
+        assert first.decline() is None
+        assert drain(declined) == []  # never back to it, though it has room
+        [second] = drain(other)
+        assert (second.id, second.delivery_count) == (first.id, 1)
+        assert second.decline() == "too-large"
+    [dead] = jobs.peek(state=State.ERROR)
+    assert (dead.dead, dead.envelope.delivery_count) == ("too-large", 1)
+    jobs.put(b"got")
+    got = jobs.get("cli")
+    assert got is not None
+    assert got.decline() is None
+    assert [p.envelope.delivery_count for p in jobs.peek()] == [1]  # unlocked: counted

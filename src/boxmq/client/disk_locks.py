@@ -211,6 +211,12 @@ class GotLock:
     def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
         self.disk.reject(message_id, consumer, self.name)
 
+    def decline(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: int | None
+    ) -> str | None:
+        # The files know no other consumer to keep it for: an unlock, for whoever comes next.
+        return self.disk.unlock(message_id, consumer, 0.0, self.name)
+
     def extend(
         self,
         message_id: MessageId,

@@ -201,7 +201,9 @@ class LiveQueue(Outliving):
             self._apply_all(effects)
         self._outliving.discard(consumer)
         self._wake_others()
-        return bool(effects)
+        # Waiting: what every consumer left had declined is theirs to try again (the engine's
+        # decline), and they hear of it as of a message given back.
+        return bool(effects) or self._engine.waiting()
 
     def _give_back(self, consumer: ConsumerId, inbox: deque[MessageId]) -> list[Effect]:
         """The claims in `inbox` still leased to `consumer` (none timed out) that it never
@@ -342,6 +344,18 @@ class LiveQueue(Outliving):
                 lambda now: self._engine.unlock(
                     message_id, consumer, now=now, delay=delay, delivery=delivery
                 ),
+            )
+        )
+
+    def decline(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: int | None = None
+    ) -> str | None:
+        """None when the message is back in target/ for the other consumers; else why it went
+        to error/ ("too-large": every consumer declined it)."""
+        return why_dead(
+            self._settle(
+                consumer,
+                lambda now: self._engine.decline(message_id, consumer, delivery=delivery),
             )
         )
 

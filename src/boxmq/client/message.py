@@ -39,6 +39,10 @@ class Settler(Protocol):
         self, message_id: MessageId, consumer: ConsumerId, delay: float, delivery: int | None
     ) -> str | None: ...
     def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None: ...
+    # As `unlock`'s answer; the message is for another consumer, never back to this one.
+    def decline(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: int | None
+    ) -> str | None: ...
     def extend(
         self,
         message_id: MessageId,
@@ -148,6 +152,13 @@ class Message:
     def reject(self) -> None:
         """It can never be handled: straight to error/, no redelivery."""
         self._settler.reject(self.id, self.consumer, self._delivery)
+
+    def decline(self) -> str | None:
+        """This consumer cannot take it (larger than its MQTT client may receive): for another
+        consumer, its delivery not counted, and never for this one again while it stays (a
+        share group's members). None when it is back in target/; else why it went to error/:
+        "too-large" once every consumer declined it."""
+        return self._settler.decline(self.id, self.consumer, self._delivery)
 
     def extend(self, seconds: float | None = None) -> None:
         """Still working on it: push the lock deadline to now + seconds (or the lock timeout)."""

@@ -133,7 +133,8 @@ class Peeked:
     @property
     def dead(self) -> str | None:
         """error/: why it went there, as its name records it ("rejected", "max-deliveries",
-        "metadata-full"; None for a name that could not carry it, or one a script moved)."""
+        "too-large", "metadata-full"; None for a name that could not carry it, or one a script
+        moved)."""
         why = self.envelope.property_value(DEAD_REASON)
         return why if isinstance(why, str) else None
 

@@ -194,6 +194,11 @@ class _AtMostOnce:
     def reject(self, message_id: MessageId, consumer: ConsumerId, delivery: int | None) -> None:
         pass
 
+    def decline(
+        self, message_id: MessageId, consumer: ConsumerId, delivery: int | None
+    ) -> str | None:
+        return None
+
     def extend(
         self,
         message_id: MessageId,

@@ -37,11 +37,13 @@ class ReleaseReason(Enum):
     TIMED_OUT = "timed-out"  # XEP-0254 §4: no delete or unlock in time
     OWNER_GONE = "owner-gone"  # XEP-0254 §4: unavailable presence, disconnect, process died
     GIVEN_BACK = "given-back"  # claimed for a consumer that paused before receiving it
+    DECLINED = "declined"  # its holder cannot take it (too large for it): for another one
 
 
 class DeadReason(Enum):
     REJECTED = "rejected"  # the holder said it can never be processed
     MAX_DELIVERIES = "max-deliveries"  # released too many times: a poison message
+    TOO_LARGE = "too-large"  # declined by every consumer: larger than any of them can take
 
 
 _NOT_DECLINED = frozenset({ReleaseReason.OWNER_GONE, ReleaseReason.GIVEN_BACK})

@@ -13,6 +13,10 @@ Invariants:
   delayed and released messages count against nobody.
 - A release adds one to the delivery count; reaching `max_deliveries` turns it into a dead
   letter instead.
+- A message its holder declines (`decline`: it cannot take it) counts no delivery and is never
+  handed to a consumer that declined it, while that one stays a consumer and until it resumes;
+  one every consumer declined is dead (TOO_LARGE). The declines of a message are kept only
+  while the engine knows it, so none is kept that no consumer may be handed.
 - Lock errors are decided by `check_holder` alone (XEP-0254 §2.3/§2.4). A request may name the
   delivery it answers (`Lease.delivery`, which a holder's handle keeps): one that names an
   earlier delivery of the message to the same holder is told its lock is gone
@@ -103,6 +107,9 @@ class QueueEngine:
         self.lease: Callable[[MessageId], Lease | None] = self._leases.get
         self._ready = ReadySet(handoff=policy.handoff)
         self._past = PastHolders()
+        # message id -> the consumers that declined it (`decline`); mostly empty, and looked at
+        # on the hot paths only through its truth.
+        self._declined: dict[MessageId, set[ConsumerId]] = {}
         # A fixed seed by default keeps the core deterministic; pass an rng to vary it.
         self._picker = Picker(policy.dispatch, rng if rng is not None else random.Random(0))
         self._consumers_changed()
@@ -140,6 +147,10 @@ class QueueEngine:
         if max_in_flight is not None and limits is not None:
             self._consumers[consumer] = _Limits(max_in_flight, limits.lock_timeout)
             self._consumers_changed()  # its keys are its own again
+            # Back, it may take what it declined (an MQTT client that connected again with a
+            # larger Maximum Packet Size).
+            for declined in self._declined.values():
+                declined.discard(consumer)
 
     def give_back(self, message_id: MessageId, consumer: ConsumerId) -> Release:
         """A message claimed for `consumer` that it never received (it went away first): back
@@ -159,6 +170,7 @@ class QueueEngine:
         del self._consumers[consumer]
         self._paused.pop(consumer, None)
         self._consumers_changed()
+        self._declines_reopened()
         return effects
 
     def adopt(self, message: Ready, consumer: ConsumerId, *, deadline: float) -> None:
@@ -178,6 +190,7 @@ class QueueEngine:
         del self._consumers[consumer]
         self._paused.pop(consumer, None)
         self._consumers_changed()
+        self._declines_reopened()
 
     # -- what the runtime sees in target/ -------------------------------------------------
 
@@ -207,6 +220,7 @@ class QueueEngine:
             return  # our own claim moved it
         self._ready.remove(message_id)
         self._past.set_aside(message_id)
+        self._declined.pop(message_id, None)
 
     def claim_lost(self, message_id: MessageId) -> None:
         """Another process won the rename: free the slot and let go of the message (its past
@@ -214,6 +228,7 @@ class QueueEngine:
         self._leases.drop(message_id)
         self._ready.remove(message_id)
         self._past.set_aside(message_id)
+        self._declined.pop(message_id, None)
 
     def lock_lost(self, message_id: MessageId) -> Lease | None:
         """Another process ended the lease on disk (an ack, unlock or reject by id): the
@@ -221,6 +236,7 @@ class QueueEngine:
         lease = self._leases.drop(message_id)
         if lease is not None:
             self._past.released(message_id, lease.holder)
+        self._declined.pop(message_id, None)
         return lease
 
     def locked_until(self, message_id: MessageId, deadline: float) -> None:
@@ -273,14 +289,18 @@ class QueueEngine:
         # handoff read all of it.
         held_back: set[str] | None = set() if self._picker.partitioned else None
         behind = [0]
+        declined = self._declined
 
         def visit(message: Ready, offered_at: float) -> bool:
             if held_back and message.group_key in held_back:
                 behind[0] += 1
                 return False
             handoff_over = now >= offered_at + self._policy.handoff
+            takers: dict[ConsumerId, None] = free
+            if declined and (refused := declined.get(message.message_id)):
+                takers = {consumer: None for consumer in free if consumer not in refused}
             consumer = self._picker.pick(
-                message, free, load=self._leases.count, handoff_over=handoff_over
+                message, takers, load=self._leases.count, handoff_over=handoff_over
             )
             if consumer is None:
                 if held_back is not None and message.group_key is not None:
@@ -372,6 +392,8 @@ class QueueEngine:
             lease = self._held(message_id, consumer, delivery)  # the error, raised
         self._leases.drop(message_id)
         self._past.forget(message_id)
+        if self._declined:
+            self._declined.pop(message_id, None)
         return lease
 
     def unacked(self, lease: Lease) -> None:
@@ -408,6 +430,25 @@ class QueueEngine:
         lease = self._held(message_id, consumer, delivery)
         self._forget(message_id)
         return DeadLetter(lease.message, lease.holder, DeadReason.REJECTED)
+
+    def decline(
+        self, message_id: MessageId, consumer: ConsumerId, *, delivery: int | None = None
+    ) -> Release | DeadLetter:
+        """The holder cannot take it (larger than its client may receive): back for the
+        others, its delivery not counted (nothing was delivered), and never handed to this
+        consumer again until it resumes. Declined by every consumer (a paused one is one that
+        may come back able to take it), or by the one its key belongs to under hash-by-key
+        (no other may have it), it is dead: TOO_LARGE."""
+        lease = self._held(message_id, consumer, delivery)
+        self._leases.drop(message_id)
+        declined = self._declined.setdefault(message_id, set())
+        declined.add(consumer)
+        if self._picker.partitioned or declined.issuperset(self._consumers):
+            self._forget(message_id)
+            return DeadLetter(lease.message, consumer, DeadReason.TOO_LARGE)
+        message = lease.message
+        self._past.released(message_id, consumer)
+        return Release(message, consumer, ReleaseReason.DECLINED, 0.0, message.delivery_count)
 
     def extend(
         self,
@@ -468,6 +509,7 @@ class QueueEngine:
         expired: list[Effect] = []
         for message in self._ready.pop_expired(now=now):
             self._past.forget(message.message_id)
+            self._declined.pop(message.message_id, None)
             expired.append(Expire(message))
         return expired
 
@@ -478,7 +520,8 @@ class QueueEngine:
         room = limits.max_in_flight - self._leases.count(consumer)
         if room <= 0:
             return
-        taken = self._ready.take_for(None, consumer, room, now=now)
+        declined = self._declined or None
+        taken = self._ready.take_for(None, consumer, room, now=now, declined=declined)
         if not taken:
             return
         self._picker.took(consumer)
@@ -522,6 +565,7 @@ class QueueEngine:
         limit = self._policy.max_deliveries
         if limit is not None and count >= limit:
             self._past.forget(message.message_id)
+            self._declined.pop(message.message_id, None)
             return DeadLetter(message, holder, DeadReason.MAX_DELIVERIES)
         self._past.released(message.message_id, holder)
         return Release(message, holder, reason, not_before, count)
@@ -535,6 +579,15 @@ class QueueEngine:
     def _forget(self, message_id: MessageId) -> None:
         self._leases.drop(message_id)
         self._past.forget(message_id)
+        self._declined.pop(message_id, None)
+
+    def _declines_reopened(self) -> None:
+        """A consumer left: a message every one left had declined is handed to them once more,
+        so that the next decline makes it dead rather than leave it waiting for nobody."""
+        consumers = self._consumers
+        for message_id, declined in list(self._declined.items()):
+            if declined.issuperset(consumers):
+                del self._declined[message_id]
 
 
 def check_consumer_limits(max_in_flight: int, lock_timeout: float) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -233,10 +233,19 @@ class ReadySet:
             for item in skipped:
                 heapq.heappush(heap, item)
 
-    def take_for(self, lane: Lane, consumer: ConsumerId, room: int, *, now: float) -> list[Ready]:
+    def take_for(
+        self,
+        lane: Lane,
+        consumer: ConsumerId,
+        room: int,
+        *,
+        now: float,
+        declined: Mapping[MessageId, Collection[ConsumerId]] | None = None,
+    ) -> list[Ready]:
         """Take up to `room` of the lane's messages, in order, for `consumer` when it is the
         only consumer with room: what `drain` would give it, without a call per message. A
-        message it held last waits out its handoff (XEP-0254 §2.4) and keeps its place."""
+        message it held last waits out its handoff (XEP-0254 §2.4) and keeps its place, as
+        one it `declined` (message id -> who declined it) keeps it for another consumer."""
         taken: list[Ready] = []
         horizon = self.horizon
         heap = self._lanes.get(lane)
@@ -255,7 +264,9 @@ class ReadySet:
             if entry is None or entry.generation != item[4]:
                 continue  # stale: replaced or removed since it was queued
             ready = entry.ready
-            if ready.last_holder == consumer and now < entry.offered_at + self._handoff:
+            if (ready.last_holder == consumer and now < entry.offered_at + self._handoff) or (
+                declined is not None and consumer in declined.get(item[3], ())
+            ):
                 skipped.append(item)
                 continue
             del entries[item[3]]  # a message in a lane is never in the delayed set

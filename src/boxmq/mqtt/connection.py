@@ -353,6 +353,18 @@ class Connection:
         self._out.append(data)
         return True
 
+    def fits(self, packet: Publish) -> bool:
+        """Whether `packet` fits the client's Maximum Packet Size without a topic alias, so
+        that `send_publish` sends it, with an alias or without (one that fits only with an
+        alias set before is taken for too large). Encodes it: for the rare caller that must
+        know before it sends (a share group's QoS 0 copy, `Delivery._hand`)."""
+        limit = self.client_max_packet_size
+        if not limit:  # most clients: nothing to encode
+            return True
+        version = self.version
+        assert version is not None, "nothing is sent before CONNECT"
+        return len(encode_publish(packet, version is _V5, packet.packet_id, False)) <= limit
+
     def _send_other(self, packet: Packet, version: ProtocolVersion) -> None:
         """Any packet but a PUBLISH: one over the client's limit goes without its properties."""
         if isinstance(packet, Puback):

@@ -9,7 +9,9 @@ Invariants:
 - A message taken out of a dropbox stays locked until its client acknowledges it (settled:
   acked, or rejected to error/ for a negative ack, MQTT-234) or it is dropped (queue full,
   expired while queued, over the client's Maximum Packet Size), which unlocks or settles it;
-  one that cannot be encoded as a PUBLISH is rejected to error/.
+  one that cannot be encoded as a PUBLISH is rejected to error/. A share group's message
+  over its member's Maximum Packet Size is declined (`_decline`): another member gets it,
+  and once none can, the group's error/ has it; it is never dropped.
 - A QoS 0 copy for a congested client is dropped (at most once): a slow reader loses QoS 0,
   not memory.
 - Sessions whose acks freed slots are refilled once at the end of the read (`refill`), not
@@ -54,6 +56,8 @@ __all__ = ["Delivery"]
 log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
+# What the `Message.queue` of a share group's message starts with (Subscriber.queue).
+_SHARED: Final = "$share/"
 # Read per acknowledgement: an Enum member read off its class costs about 640 instructions
 # more than a module's name (outbox.py).
 _UNSPECIFIED_ERROR: Final = ReasonCode.UNSPECIFIED_ERROR  # a refusal from here up
@@ -299,10 +303,14 @@ class Delivery:
         self, session: Session, packet: Publish, unencodable: Exception | None
     ) -> list[Publish]:
         """A PUBLISH not sent: its message settled as if acknowledged (over the client's
-        Maximum Packet Size) or rejected to error/ (`unencodable`: why it could not be
-        encoded). Returns what may go out in its slot now."""
+        Maximum Packet Size), declined for another member (a share group's, `_decline`), or
+        rejected to error/ (`unencodable`: why it could not be encoded). Returns what may go
+        out in its slot now."""
         packet_id = packet.packet_id
         message = None if packet_id is None else session.outbox.discard(packet_id)
+        if unencodable is None and message is not None and message.queue.startswith(_SHARED):
+            self._decline(session, message)
+            return [publish for publish, _ in self._ready(session)]
         if unencodable is None:
             log.warning(
                 "client %s: a message on %s is larger than its Maximum Packet Size: not sent",
@@ -365,6 +373,35 @@ class Delivery:
                             store_failure(error),
                         )
 
+    def _decline(self, session: Session, message: Message) -> None:
+        """A share group's message larger than this member's Maximum Packet Size, not sent:
+        for a member that can take it (MQTT 5.0 §3.1.2.11.4 lets a server send it to one),
+        its delivery not counted, never to this member again while it stays connected; once
+        no member can (every one declined it), to the group's error/ as too-large. Settled
+        as sent, as MQTT-3.1.2-25 has it for one subscriber, it was lost to the group."""
+        try:
+            dead = message.decline()
+        except BoxMQError as error:
+            self._not_settled(session, message, error)
+            return
+        if dead is None:
+            log.info(
+                "client %s: message %s on %s is larger than its Maximum Packet Size: not "
+                "sent, for another member of its share group",
+                session.client_id,
+                shown(message.id),
+                message.topic,
+            )
+            return
+        log.warning(
+            "client %s: message %s on %s is larger than the Maximum Packet Size of every "
+            "member of its share group: not sent, moved to error/ (%s)",
+            session.client_id,
+            shown(message.id),
+            message.topic,
+            dead,
+        )
+
     def _settle(self, session: Session, message: Token, *, refused: bool) -> None:
         if message is None:
             return
@@ -374,18 +411,22 @@ class Delivery:
             else:
                 message.ack()
         except BoxMQError as error:
-            if isinstance(error, LockError) and self._left(session, message):
-                # MQTT-3.10.4-3: a message sent before its UNSUBSCRIBE is delivered all the
-                # same, and its PUBACK / PUBREC then finds its subscription deleted: the
-                # normal flow, not worth a warning each.
-                log.debug(
-                    "client %s: settling %s of a subscription it left: %s",
-                    session.client_id,
-                    message.id,
-                    error,
-                )
-                return
-            log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
+            self._not_settled(session, message, error)
+
+    def _not_settled(self, session: Session, message: Message, error: BoxMQError) -> None:
+        """A settle the message's lock refused: told, unless it is the normal flow."""
+        if isinstance(error, LockError) and self._left(session, message):
+            # MQTT-3.10.4-3: a message sent before its UNSUBSCRIBE is delivered all the
+            # same, and its PUBACK / PUBREC then finds its subscription deleted: the
+            # normal flow, not worth a warning each.
+            log.debug(
+                "client %s: settling %s of a subscription it left: %s",
+                session.client_id,
+                message.id,
+                error,
+            )
+            return
+        log.warning("client %s: settling %s: %s", session.client_id, message.id, error)
 
     def _left(self, session: Session, message: Message) -> bool:
         """Whether `message` came by a subscription the session holds no more (each of its
@@ -610,12 +651,21 @@ class Delivery:
             self._lapse(session, message)
             return
         if publish.qos == 0:
+            if message.queue.startswith(_SHARED) and self._too_large(session, publish):
+                # Acked first (at most once), it could no longer go to another member.
+                self._decline(session, message)
+                return
             message.ack()
             self.deliver(session, publish, None)
         elif before is not None:
             self._send_again(session, publish, message, before, now)
         else:
             self.deliver(session, publish, message)
+
+    def _too_large(self, session: Session, publish: Publish) -> bool:
+        """Whether `publish` is over the Maximum Packet Size of the session's client."""
+        client = self._links.get(session.client_id)
+        return client is not None and not client.link.connection.fits(publish)
 
     def _lapse(self, session: Session, message: Message) -> None:
         """A message taken from a dropbox and never sent to this client (one its session

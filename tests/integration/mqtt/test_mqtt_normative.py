@@ -435,6 +435,61 @@ def test_a_full_send_quota_holds_back_only_publishes(server: RunningServer) -> N
         assert _delivered(slow) == (0x32, b"second")
 
 
+def test_retained_messages_a_subscribe_sends_wait_for_the_clients_receive_maximum(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.3.4-9: the retained QoS 1 messages a SUBSCRIBE sends count against the
+    client's Receive Maximum as any PUBLISH does: with 1, three come one PUBACK at a time."""
+    with _connected(server, "publisher") as publisher:
+        for n in (1, 2, 3):
+            publisher.sendall(packet(0x33, string(f"r/{n}") + bytes([0, n, 0]) + b"kept"))
+            assert read(publisher) == (0x40, bytes([0, n]))
+    with _connect_v5(server, "slow", b"\x21\x00\x01") as slow:
+        slow.sendall(_subscribe(1, ("r/+", 1)))
+        assert read(slow) == (0x90, b"\x00\x01\x00\x01")
+        topics = []
+        for _ in range(3):
+            kind, body = read(slow)
+            assert kind == 0x33, hex(kind)  # QoS 1, RETAIN 1
+            assert nothing(slow, within=0.5)  # the next waits for this one's PUBACK
+            topics.append(body[2:5])
+            slow.sendall(packet(0x40, body[5:7]))
+        assert sorted(topics) == [b"r/1", b"r/2", b"r/3"]
+
+
+def test_a_pubrel_sent_again_holds_its_place_under_the_clients_receive_maximum(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.3.4-9: a QoS 2 message counts against the client's Receive Maximum until its
+    PUBCOMP, not only until its PUBREC: a session resumed with Receive Maximum 1 gets the
+    PUBREL of the message it had answered with PUBREC again (MQTT-4.3.3-5) and the next
+    message only once that PUBREL is completed."""
+    subscriber, _ = open_raw(server, "window", receive_maximum=1)
+    with _connected(server, "sender") as sender:
+        subscriber.sendall(_subscribe(1, ("two", 2)))
+        assert read(subscriber)[0] == 0x90
+        for n in (1, 2):
+            sender.sendall(publish("two", b"%d" % n, qos=2, packet_id=n))
+            assert read(sender) == (0x50, n.to_bytes(2, "big"))
+            sender.sendall(packet(0x62, n.to_bytes(2, "big")))
+            assert read(sender) == (0x70, n.to_bytes(2, "big"))
+        kind, body = read(subscriber)
+        assert (kind, body[8:]) == (0x34, b"1")
+        first = body[5:7]
+        assert nothing(subscriber)  # the second waits for the first's place
+        subscriber.sendall(packet(0x50, first))  # PUBREC
+        assert read(subscriber) == (0x62, first)  # PUBREL, then gone without PUBCOMP
+        subscriber.close()
+    again, present = open_raw(server, "window", receive_maximum=1)
+    with again:
+        assert present
+        assert read(again) == (0x62, first)
+        assert nothing(again)  # the PUBREL holds the one place
+        again.sendall(packet(0x70, first))
+        kind, body = read(again)
+        assert (kind, body[8:]) == (0x34, b"2")  # DUP 0: never sent before
+
+
 _FIXED_SIZES = {0x01: 1, 0x02: 4, 0x11: 4, 0x13: 2, 0x21: 2, 0x22: 2, 0x24: 1, 0x25: 1, 0x27: 4}
 _FIXED_SIZES |= {0x28: 1, 0x29: 1, 0x2A: 1}
 _STRINGS = {0x03, 0x08, 0x09, 0x12, 0x15, 0x16, 0x1A, 0x1C, 0x1F}
@@ -799,6 +854,63 @@ def test_a_topic_alias_does_not_outlive_its_connection(server: RunningServer) ->
         assert present
         second.sendall(packet(0x30, string("") + alias + b"carried"))
         assert until_closed(second) == [(0xE0, b"\x82")]
+
+
+def _topic_alias_and_payload(kind: int, body: bytes) -> tuple[str, int | None, bytes]:
+    """(Topic Name, Topic Alias or None, payload) of a PUBLISH whose properties, under 128
+    bytes, hold at most a Topic Alias."""
+    end = 2 + int.from_bytes(body[:2], "big")
+    topic, rest = body[2:end].decode(), body[end + (2 if kind & 0x06 else 0) :]
+    properties, payload = rest[1 : 1 + rest[0]], rest[1 + rest[0] :]
+    assert not properties or (properties[0] == 0x23 and len(properties) == 3), rest.hex()
+    return topic, int.from_bytes(properties[1:], "big") if properties else None, payload
+
+
+def test_a_topic_alias_set_again_stands_for_its_new_topic(server: RunningServer) -> None:
+    """§3.3.2.3.4: a sender changes what an alias stands for by setting it again, with
+    another Topic Name, on the same connection; the server takes every alias up to its
+    maximum (MQTT-3.3.2-12), so alias 1 set to a/1, used, set to a/2 and used reaches a
+    subscriber as a/1, a/1, a/2, a/2."""
+    alias = b"\x03\x23\x00\x01"  # properties: Topic Alias 1
+    sent = [("a/1", b"set"), ("", b"used"), ("a/2", b"set again"), ("", b"used again")]
+    with _connected(server, "aliaser") as sock, _connected(server, "receiver") as receiver:
+        receiver.sendall(_subscribe(1, ("a/+", 0)))
+        assert read(receiver)[0] == 0x90
+        sock.sendall(b"".join(packet(0x30, string(t) + alias + payload) for t, payload in sent))
+        got = [_topic_alias_and_payload(*read(receiver)) for _ in sent]
+        assert got == [
+            ("a/1", None, b"set"),
+            ("a/1", None, b"used"),
+            ("a/2", None, b"set again"),
+            ("a/2", None, b"used again"),
+        ]
+
+
+def test_the_servers_topic_aliases_start_again_on_each_connection(server: RunningServer) -> None:
+    """§3.3.2.3.4: a Topic Alias mapping lasts only as long as its Network Connection (the
+    client forgets it, MQTT-3.3.2-7): the QoS 1 messages a session had in flight, sent again
+    on its next connection (MQTT-4.4.0-1), name their topic again before an alias stands
+    for it, though the first connection had already set that alias."""
+    announces = b"\x22\x00\x05" + b"\x11\x00\x00\x01\x2c"  # Topic Alias Maximum 5, expiry
+    receiver = _connect_v5(server, "aliased", announces)
+    with _connected(server, "sender") as sender:
+        receiver.sendall(_subscribe(1, ("t/#", 1)))
+        assert read(receiver)[0] == 0x90
+        for n in (1, 2):
+            sender.sendall(publish("t/a/long/topic", b"%d" % n, qos=1, packet_id=n))
+            assert read(sender) == (0x40, n.to_bytes(2, "big"))
+        first = [_topic_alias_and_payload(*read(receiver)) for _ in (1, 2)]
+        assert first == [("t/a/long/topic", 1, b"1"), ("", 1, b"2")]
+        receiver.close()  # neither acknowledged
+    with _connect_v5(server, "aliased", announces, clean=False) as again:
+        resent = [read(again) for _ in (1, 2)]
+        assert [kind for kind, _ in resent] == [0x3A, 0x3A]  # QoS 1, DUP 1
+        topic, alias, payload = _topic_alias_and_payload(*resent[0])
+        assert (topic, payload) == ("t/a/long/topic", b"1")
+        assert _topic_alias_and_payload(*resent[1]) in (
+            ("t/a/long/topic", alias, b"2"),
+            ("", alias or -1, b"2"),  # an alias only once this connection set it
+        )
 
 
 @pytest.mark.parametrize(

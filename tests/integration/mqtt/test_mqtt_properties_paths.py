@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+from harness.stopping import kill
 from paho.mqtt.packettypes import PacketTypes
 from tests.integration.mqtt.clients import (
     WAIT,
     Received,
     RunningServer,
+    Served,
     boxmq_cli,
     boxmq_cli_ok,
     drop,
@@ -89,16 +93,20 @@ def test_a_share_members_message_given_to_another_when_it_dies_keeps_its_metadat
     assert second.nothing()
 
 
-def test_a_persistent_sessions_messages_keep_their_metadata_across_a_sigterm_restart(
-    tmp_path: Path,
+@pytest.mark.parametrize("stopped", [stop_process, kill], ids=["sigterm", "sigkill"])
+def test_a_persistent_sessions_messages_keep_their_metadata_across_a_restart(
+    tmp_path: Path, stopped: Callable[[Served], None]
 ) -> None:
-    """`boxmq serve` stopped as a user stops it and started again: the messages a persistent
-    session collected while away (QoS 1, QoS 2 through the exactly-once intake, a retained
-    one) and the retained store's copy, for a subscriber that comes after the restart."""
+    """`boxmq serve` stopped as a user stops it (SIGTERM), or killed (SIGKILL), and started
+    again: the messages a persistent session collected while away (QoS 1, QoS 2 through the
+    exactly-once intake, a retained one) and the retained store's copy, for a subscriber
+    that comes after the restart. The one that matches two of the session's subscriptions
+    comes once for each, with that subscription's identifier (MQTT-3.3.4-3, MQTT-3.3.4-5)."""
     served, process = serve_fresh(tmp_path)
     try:
         away = paho(served, "away", clean=False, expiry=300)
         away.subscribe("jobs/#", 2, properties=_identified(5))
+        away.subscribe("jobs/1", 1, properties=_identified(7))
         away.stop()
         publisher = paho(served, "publisher")
         published = time.monotonic()
@@ -107,16 +115,19 @@ def test_a_persistent_sessions_messages_keep_their_metadata_across_a_sigterm_res
         publisher.stop()
         time.sleep(1.2)  # so that what is left of the interval is less than was sent
     finally:
-        stop_process(process)
+        stopped(process)
     process = serve_process(served.root, served.port)
     try:
         back = paho(served, "away", clean=False, expiry=300)
         assert back.session_present
-        got = {message.payload: message for message in (back.next() for _ in range(3))}
-        assert sorted(got) == [b"jobs/1", b"jobs/2", b"jobs/r"]
-        assert [got[b"jobs/1"].qos, got[b"jobs/2"].qos] == [1, 2]
-        for message in got.values():
-            _assert_as_sent(message, 5, published)
+        got = {
+            (m.payload, *m.properties.SubscriptionIdentifier): m
+            for m in (back.next() for _ in range(4))
+        }
+        assert sorted(got) == [(b"jobs/1", 5), (b"jobs/1", 7), (b"jobs/2", 5), (b"jobs/r", 5)]
+        assert [got[b"jobs/1", 5].qos, got[b"jobs/2", 5].qos] == [1, 2]
+        for (_, identifier), message in got.items():
+            _assert_as_sent(message, identifier, published)
         assert back.nothing()
         late = paho(served, "late")
         late.subscribe("jobs/r", 1, properties=_identified(6))

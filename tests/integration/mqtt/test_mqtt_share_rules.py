@@ -3,15 +3,25 @@ real-client test checks, one test each, with paho-mqtt 5.0 and 3.1.1 clients."""
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.integration.mqtt import raw
-from tests.integration.mqtt.clients import Paho, Received, RunningServer, drop, paho
+from tests.integration.mqtt.clients import (
+    Paho,
+    Received,
+    RunningServer,
+    boxmq_cli_ok,
+    drop,
+    paho,
+    start_server,
+)
 from tests.integration.mqtt.raw import (
     open_raw,
     packet,
@@ -377,6 +387,117 @@ def test_a_negative_acknowledgement_is_never_sent_to_another_member(
         refuser.close()
 
 
+BIG = 200  # bytes of payload: over the Maximum Packet Size of a `_small` member
+
+
+def _small(server: RunningServer, client_id: str, **options: Any) -> Paho:
+    """A v5 member whose Maximum Packet Size (100) no message of BIG bytes fits."""
+    return paho(server, client_id, connect_properties={"MaximumPacketSize": 100}, **options)
+
+
+def _group_states(root: Path) -> dict[str, list[str]]:
+    """The file names in each state folder of the share group's dropbox."""
+    [dropbox] = root.glob("topic-root/*/.subscriptions/*")
+    states = ("target", "processing", "processed", "error")
+    return {state: sorted(p.name for p in (dropbox / state).glob("*")) for state in states}
+
+
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_a_message_too_large_for_the_member_it_went_to_goes_to_one_that_can_take_it(
+    server: RunningServer, qos: int
+) -> None:
+    """MQTT-3.1.2-25: a PUBLISH over a client's Maximum Packet Size is discarded, as if it had
+    been sent. For a share group, MQTT 5.0 §3.1.2.11.4 lets the server either discard it for
+    every member or send it to one that can take it: boxmq sends it to one (until 2026-12-02
+    it was settled as sent, lost to the group), at each QoS, and the small member still
+    takes its turns with what it can take."""
+    small = _small(server, "small")
+    large = paho(server, "large")
+    for member in (small, large):
+        member.subscribe("$share/g/big/#", qos)
+    pub = paho(server, "pub")
+    sent = [bytes([i]) * BIG for i in range(4)]
+    for payload in sent:
+        pub.publish("big/x", payload, 1)
+    assert sorted(_drain(large, within=1.0)) == sent
+    assert _drain(small, within=0.1) == []
+    for payload in (b"fits 1", b"fits 2"):
+        pub.publish("big/x", payload, 1)
+    assert _drain(small) == [b"fits 1"]  # its turn, then the large member's
+    assert _drain(large) == [b"fits 2"]
+    states = _group_states(server.root)
+    assert (len(states["processed"]), states["error"]) == (6, [])
+    assert states["target"] == states["processing"] == []
+
+
+@pytest.mark.parametrize("members", [1, 2])
+def test_a_message_too_large_for_every_member_goes_to_the_groups_error(
+    server: RunningServer, members: int
+) -> None:
+    """No member can take it: it goes to the group's error/, its reason too-large, where
+    `boxmq peek` shows it and `boxmq requeue` sends it to the members again, here to one that
+    joined since and can take it; it is never dropped nor sent round for ever."""
+    smalls = [_small(server, f"small{i}") for i in range(members)]
+    for small in smalls:
+        small.subscribe("$share/g/big/#", 1)
+    pub = paho(server, "pub")
+    pub.publish("big/x", b"x" * BIG, 1)
+    pub.publish("big/x", b"fits", 1)
+    assert sorted(p for small in smalls for p in _drain(small)) == [b"fits"]
+    until(lambda: len(_group_states(server.root)["error"]) == 1, lambda: _group_states(server.root))
+    [dead] = json.loads(
+        boxmq_cli_ok(server.root, "--json", "peek", "$share/g/big/#", "--state", "error")
+    )
+    assert (dead["dead"], dead["deliveries"]) == ("too-large", 1)
+    large = paho(server, "large")
+    large.subscribe("$share/g/big/#", 1)
+    boxmq_cli_ok(server.root, "requeue", "$share/g/big/#")
+    assert _drain(large, within=1.0) == [b"x" * BIG]
+    assert all(small.nothing(within=0.1) for small in smalls)
+    assert _group_states(server.root)["error"] == []
+
+
+def test_a_message_too_large_for_the_members_left_when_the_large_one_is_killed_goes_to_error(
+    server: RunningServer,
+) -> None:
+    """The member that could take it ends (its connection broken, Session Expiry 0) before
+    it acknowledges the message: the members left cannot take it, and it goes to error/."""
+    small = _small(server, "small")
+    small.subscribe("$share/g/big/#", 1)
+    large, _ = open_raw(server, "large", clean=True, expiry=0)
+    large.sendall(subscribe(1, "$share/g/big/#", 1))
+    assert read(large)[0] == 0x90
+    pub = paho(server, "pub")
+    pub.publish("big/x", b"x" * BIG, 1)
+    [held] = take_publishes(large, 1)  # not acknowledged
+    assert held.payload == b"x" * BIG
+    large.close()
+    until(lambda: len(_group_states(server.root)["error"]) == 1, lambda: _group_states(server.root))
+    assert "too-large" in _group_states(server.root)["error"][0]
+    assert small.nothing(within=0.1)
+    pub.publish("big/x", b"fits", 1)
+    assert small.next().payload == b"fits"
+
+
+def test_a_message_too_large_for_the_members_there_waits_for_one_away(
+    server: RunningServer,
+) -> None:
+    """A member away (its session kept) may come back able to take it: the message waits for
+    it, and goes to it when it connects again with a larger Maximum Packet Size."""
+    away = _small(server, "away", clean=False, expiry=3600)
+    away.subscribe("$share/g/big/#", 1)
+    away.stop()
+    small = _small(server, "small")
+    small.subscribe("$share/g/big/#", 1)
+    pub = paho(server, "pub")
+    pub.publish("big/x", b"x" * BIG, 1)
+    assert small.nothing(within=0.5)
+    assert len(_group_states(server.root)["target"]) == 1
+    back = paho(server, "away", clean=False, expiry=3600)  # no Maximum Packet Size now
+    assert back.next().payload == b"x" * BIG
+    assert small.nothing(within=0.1)
+
+
 def _one_each(
     server: RunningServer, client_id: str, *, clean: bool, expiry: int, qos: int = 2
 ) -> tuple[socket.socket, raw.Received, Paho]:
@@ -662,3 +783,44 @@ def test_a_311_and_a_v5_member_share_one_group(server: RunningServer) -> None:
     assert all(got.values()), got  # both take turns
     assert sorted(m.payload for ms in got.values() for m in ms) == sent
     assert {m.qos for ms in got.values() for m in ms} == {2}
+
+
+def test_a_message_too_large_for_the_members_there_goes_to_error_when_the_one_away_ends(
+    server: RunningServer,
+) -> None:
+    """The member waited for ends its session (it connects again with a clean start) holding
+    nothing: the members left, who cannot take it, are told of it, and it goes to error/."""
+    away = _small(server, "away", clean=False, expiry=3600)
+    away.subscribe("$share/g/big/#", 1)
+    away.stop()
+    small = _small(server, "small")
+    small.subscribe("$share/g/big/#", 1)
+    paho(server, "pub").publish("big/x", b"x" * BIG, 1)
+    assert small.nothing(within=0.5)
+    paho(server, "away", clean=True)  # its session, and its membership, end
+    until(lambda: len(_group_states(server.root)["error"]) == 1, lambda: _group_states(server.root))
+    assert "too-large" in _group_states(server.root)["error"][0]
+
+
+def test_under_hash_by_key_a_message_too_large_for_its_keys_member_goes_to_error(
+    tmp_path: Path,
+) -> None:
+    """No other member may have a key's messages (their order would break): a message too
+    large for its key's member goes to error/ at once, and the others' keys go on."""
+    with start_server(tmp_path / "root", group_dispatch={"g": "hash-by-key"}) as running:
+        small = _small(running, "small")
+        large = paho(running, "large")
+        for member in (small, large):
+            member.subscribe("$share/g/big/#", 1)
+        pub = paho(running, "pub")
+        topics = [f"big/{n}" for n in range(8)]
+        for topic in topics:
+            pub.publish(topic, topic.encode().ljust(BIG), 1)
+        got = {m.topic for m in _drain_received(large)}
+        until(
+            lambda: len(_group_states(running.root)["error"]) == len(topics) - len(got),
+            lambda: (got, _group_states(running.root)),
+        )
+        assert 0 < len(got) < len(topics)  # the keys are spread over both members
+        assert all("too-large" in name for name in _group_states(running.root)["error"])
+        assert small.nothing(within=0.1)

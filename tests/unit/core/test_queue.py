@@ -541,3 +541,105 @@ def test_dispatch_does_not_scan_without_free_slots(monkeypatch: pytest.MonkeyPat
     assert engine.dispatch(now=T0) == []
     assert QueueEngine().dispatch(now=T0) == []
     assert scanned == []
+
+
+# -- a consumer that cannot take a message declines it (too large for its client) ----------
+
+
+def reoffered_ready(name: str, last_holder: ConsumerId) -> Ready:
+    """`ready(name)` as `reoffered` offers it back after a declined first delivery."""
+    return replace(ready(name), key=f"{ready(name).key}+0", last_holder=last_holder)
+
+
+def _declined(engine: QueueEngine, message: str, consumer: ConsumerId) -> Effect:
+    """`decline`, and what the runtime then offers back if it was released."""
+    effect = engine.decline(MessageId(message), consumer)
+    if isinstance(effect, Release):
+        engine.offer(reoffered(effect), now=T0)
+    return effect
+
+
+def test_a_declined_message_goes_to_another_consumer_uncounted_and_never_back() -> None:
+    """Past the handoff, with nobody else free, an unlocked message goes back to its last
+    holder; a declined one never does, and its delivery is not counted."""
+    engine = engine_with(A, B, slots=1, policy=QueuePolicy(handoff=1.0))
+    engine.offer(ready("big", sequence=1), now=T0)
+    engine.offer(ready("m", sequence=2), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "a"), ("m", "b")]
+    back = _declined(engine, "big", A)
+    assert back == Release(ready("big", sequence=1), A, ReleaseReason.DECLINED, 0.0, 0)
+    assert back.passed_over == A
+    assert claimed(engine.dispatch(now=T0 + 60)) == []  # A has room: big waits for B
+    engine.ack(MessageId("m"), B, now=T0 + 60)
+    [claim] = engine.dispatch(now=T0 + 60)
+    assert isinstance(claim, Claim)
+    assert (claim.message.message_id, claim.holder, claim.message.delivery_count) == ("big", B, 0)
+
+
+def test_a_message_every_consumer_declined_is_dead_as_too_large() -> None:
+    engine = engine_with(A, B, policy=QueuePolicy(max_deliveries=None))
+    engine.offer(ready("big"), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "a")]
+    _declined(engine, "big", A)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "b")]
+    dead = engine.decline(MessageId("big"), B)
+    assert dead == DeadLetter(reoffered_ready("big", A), B, DeadReason.TOO_LARGE)
+    assert engine.dispatch(now=T0 + 60) == []
+    assert engine.statistics() == QueueStats(ready=0, delayed=0, in_flight=0, consumers=2)
+
+
+def test_one_consumer_alone_declining_makes_it_dead_at_once() -> None:
+    engine = engine_with(A)
+    engine.offer(ready("big"), now=T0)
+    engine.dispatch(now=T0)
+    assert engine.decline(MessageId("big"), A) == DeadLetter(ready("big"), A, DeadReason.TOO_LARGE)
+
+
+def test_a_message_declined_by_those_there_waits_for_a_paused_consumer_resumed() -> None:
+    """A paused consumer (an MQTT member away) may come back able to take it; one that comes
+    back after declining it is handed it again (it may take it now)."""
+    engine = engine_with(A, B)
+    engine.pause(B)
+    engine.offer(ready("big"), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "a")]
+    _declined(engine, "big", A)
+    assert engine.dispatch(now=T0 + 60) == []
+    engine.pause(A)
+    engine.resume(A)  # A away and back: it may take it now
+    assert claimed(engine.dispatch(now=T0 + 60)) == [("big", "a")]
+    assert isinstance(_declined(engine, "big", A), Release)  # still too small: B waited for
+    engine.resume(B)
+    assert claimed(engine.dispatch(now=T0 + 60)) == [("big", "b")]
+
+
+def test_the_consumers_left_when_the_others_leave_try_what_they_declined_once_more() -> None:
+    engine = engine_with(A, B, slots=1)
+    engine.offer(ready("m", sequence=1), now=T0)
+    engine.offer(ready("big", sequence=2), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("m", "a"), ("big", "b")]
+    engine.ack(MessageId("m"), A, now=T0)
+    back = engine.decline(MessageId("big"), B)
+    assert isinstance(back, Release)
+    engine.offer(replace(reoffered(back), last_holder=None), now=T0)  # a name with no room
+    assert claimed(engine.dispatch(now=T0)) == [("big", "a")]
+    assert isinstance(_declined(engine, "big", A), DeadLetter)
+    # Had B left while A had declined it, A would be handed it again, to end it so.
+    engine = engine_with(A, B, slots=1)
+    engine.offer(ready("big"), now=T0)
+    engine.pause(B)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "a")]
+    _declined(engine, "big", A)
+    assert engine.dispatch(now=T0 + 60) == []
+    engine.remove_consumer(B, now=T0 + 60)
+    assert claimed(engine.dispatch(now=T0 + 60)) == [("big", "a")]
+    assert isinstance(engine.decline(MessageId("big"), A), DeadLetter)
+
+
+def test_under_hash_by_key_a_message_its_consumer_declines_is_dead() -> None:
+    """No other consumer may take a key's message: it would break the key's order."""
+    engine = engine_with(A, B, policy=QueuePolicy(dispatch=Dispatch.HASH_BY_KEY))
+    engine.offer(ready("big"), now=T0)
+    [(_, holder)] = claimed(engine.dispatch(now=T0))
+    dead = engine.decline(MessageId("big"), ConsumerId(holder))
+    assert isinstance(dead, DeadLetter)
+    assert dead.reason is DeadReason.TOO_LARGE
