@@ -308,7 +308,15 @@ class Delivery:
         out in its slot now."""
         packet_id = packet.packet_id
         message = None if packet_id is None else session.outbox.discard(packet_id)
-        if unencodable is None and message is not None and message.queue.startswith(_SHARED):
+        if (
+            unencodable is None
+            and message is not None
+            and message.queue.startswith(_SHARED)
+            # A QoS 2 message sent again (a member back with a smaller Maximum Packet Size)
+            # may be with the member already: another member's copy would be a second
+            # delivery, so it is settled as sent, as for one subscriber (MQTT-3.1.2-25).
+            and not (packet.dup and packet.qos == 2)
+        ):
             self._decline(session, message)
             return [publish for publish, _ in self._ready(session)]
         if unencodable is None:

@@ -498,6 +498,36 @@ def test_a_message_too_large_for_the_members_there_waits_for_one_away(
     assert small.nothing(within=0.1)
 
 
+def test_a_qos2_message_sent_again_to_a_member_back_too_small_goes_to_no_other(
+    server: RunningServer,
+) -> None:
+    """A member that was sent a QoS 2 message and came back (its session kept) with a
+    Maximum Packet Size the message is over may have it already (its PUBREC lost): giving it
+    to another member would deliver it twice, so it is settled as sent (MQTT-3.1.2-25), as
+    for one subscriber, and goes to no other member and not to error/."""
+    away, _ = open_raw(server, "away", clean=False, expiry=3600)
+    away.sendall(subscribe(1, "$share/g/big/#", 2))
+    assert read(away)[0] == 0x90
+    other = paho(server, "other")
+    other.subscribe("$share/g/big/#", 2)
+    pub = paho(server, "pub")
+    sent = [bytes([i]) * BIG for i in range(2)]
+    for payload in sent:  # one to each member, in turn
+        pub.publish("big/x", payload, 2)
+    [kept] = take_publishes(away, 1)  # not answered
+    away.close()
+    [given] = _drain(other, within=1.0)
+    assert {kept.payload, given} == set(sent)
+    back = _small(server, "away", clean=False, expiry=3600)
+    until(
+        lambda: len(_group_states(server.root)["processed"]) == 2,
+        lambda: _group_states(server.root),
+    )
+    assert other.nothing(within=0.5)
+    assert back.nothing(within=0.1)
+    assert _group_states(server.root)["error"] == []
+
+
 def _one_each(
     server: RunningServer, client_id: str, *, clean: bool, expiry: int, qos: int = 2
 ) -> tuple[socket.socket, raw.Received, Paho]:
