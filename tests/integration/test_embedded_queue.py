@@ -1986,3 +1986,24 @@ def test_a_declined_message_goes_to_the_other_consumer_and_to_error_once_all_dec
     assert got is not None
     assert got.decline() is None
     assert [p.envelope.delivery_count for p in jobs.peek()] == [1]  # unlocked: counted
+
+
+def test_a_consumer_closed_after_declining_is_handed_it_again_once_opened_again(
+    manual_box: boxmq.Box, root: Path, clock: ManualClock
+) -> None:
+    """Declined while the only other consumer was paused, a message waits for it; the one
+    that declined it, closed and opened again under its name (an MQTT member connecting again
+    with a clean start), may take it now and is handed it, rather than it waiting on."""
+    jobs = manual_box.queue("jobs")
+    with jobs.consumer("b") as b:
+        b.pause()
+        jobs.put(b"big")
+        with jobs.consumer("a") as a:
+            [first] = drain(a)
+            assert first.decline() is None
+        clock.advance(2.0)  # past the handoff (1 s), which keeps it from its last holder
+        with jobs.consumer("a") as a:
+            [again] = drain(a)
+            assert (again.id, again.delivery_count) == (first.id, 1)
+            again.ack()
+    assert files(root, "jobs", "target") == []

@@ -128,6 +128,9 @@ class QueueEngine:
         self._consumers[consumer] = _Limits(max_in_flight, lock_timeout)
         if added:
             self._consumers_changed()
+            # One gone and attached again under its name (an MQTT client back with a clean
+            # start) may take what it declined before, as one resumed may.
+            self._declines_forgotten(consumer)
 
     def pause(self, consumer: ConsumerId) -> None:
         """No more messages for `consumer` until `resume`; it keeps the leases it has (an
@@ -147,10 +150,7 @@ class QueueEngine:
         if max_in_flight is not None and limits is not None:
             self._consumers[consumer] = _Limits(max_in_flight, limits.lock_timeout)
             self._consumers_changed()  # its keys are its own again
-            # Back, it may take what it declined (an MQTT client that connected again with a
-            # larger Maximum Packet Size).
-            for declined in self._declined.values():
-                declined.discard(consumer)
+            self._declines_forgotten(consumer)
 
     def give_back(self, message_id: MessageId, consumer: ConsumerId) -> Release:
         """A message claimed for `consumer` that it never received (it went away first): back
@@ -580,6 +580,12 @@ class QueueEngine:
         self._leases.drop(message_id)
         self._past.forget(message_id)
         self._declined.pop(message_id, None)
+
+    def _declines_forgotten(self, consumer: ConsumerId) -> None:
+        """`consumer` is back (resumed, or attached again): it may take what it declined (an
+        MQTT client that connected again with a larger Maximum Packet Size)."""
+        for declined in self._declined.values():
+            declined.discard(consumer)
 
     def _declines_reopened(self) -> None:
         """A consumer left: a message every one left had declined is handed to them once more,

@@ -643,3 +643,17 @@ def test_under_hash_by_key_a_message_its_consumer_declines_is_dead() -> None:
     dead = engine.decline(MessageId("big"), ConsumerId(holder))
     assert isinstance(dead, DeadLetter)
     assert dead.reason is DeadReason.TOO_LARGE
+
+
+def test_a_consumer_that_declined_left_and_came_back_is_handed_it_again() -> None:
+    """A consumer gone and attached again under its name (an MQTT member that connected
+    again with a clean start, a larger Maximum Packet Size now) is a new one: it may take
+    what it declined, which waited meanwhile for a paused consumer that may never return."""
+    engine = engine_with(A, B)
+    engine.pause(B)
+    engine.offer(ready("big"), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "a")]
+    _declined(engine, "big", A)
+    engine.remove_consumer(A, now=T0 + 1)
+    engine.add_consumer(A, max_in_flight=10, lock_timeout=30.0)
+    assert claimed(engine.dispatch(now=T0 + 60)) == [("big", "a")]
