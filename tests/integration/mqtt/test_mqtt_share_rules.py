@@ -854,3 +854,22 @@ def test_under_hash_by_key_a_message_too_large_for_its_keys_member_goes_to_error
         assert 0 < len(got) < len(topics)  # the keys are spread over both members
         assert all("too-large" in name for name in _group_states(running.root)["error"])
         assert small.nothing(within=0.1)
+
+
+def test_a_member_that_declined_a_message_gets_it_once_back_with_a_clean_start(
+    server: RunningServer,
+) -> None:
+    """A member passed over only while it stays connected: one that declined a message
+    (waiting for a member away) and connects again with a clean start and no Maximum Packet
+    Size is a new member, which takes it, not left waiting for the member away."""
+    away = _small(server, "away", clean=False, expiry=3600)
+    away.subscribe("$share/g/big/#", 1)
+    away.stop()
+    small = _small(server, "small")
+    small.subscribe("$share/g/big/#", 1)
+    paho(server, "pub").publish("big/x", b"x" * BIG, 1)
+    assert small.nothing(within=0.5)
+    small.stop()
+    again = paho(server, "small")  # a clean start, no Maximum Packet Size
+    again.subscribe("$share/g/big/#", 1)
+    assert again.next().payload == b"x" * BIG
