@@ -2007,3 +2007,28 @@ def test_a_consumer_closed_after_declining_is_handed_it_again_once_opened_again(
             assert (again.id, again.delivery_count) == (first.id, 1)
             again.ack()
     assert files(root, "jobs", "target") == []
+
+
+def test_a_consumer_paused_after_declining_is_waited_for_once_the_others_decline(
+    box: boxmq.Box, root: Path
+) -> None:
+    """One that declined a message and paused (an MQTT member gone away, its session kept)
+    may come back able to take it, as any paused one: the other declining it too leaves it in
+    target/, not error/, and it goes to the first once it resumes."""
+    jobs = box.queue("jobs")
+    jobs.put(b"held")
+    with jobs.consumer("b", max_in_flight=1) as b:
+        [held] = drain(b)
+        with jobs.consumer("a", max_in_flight=1) as a:
+            jobs.put(b"big")
+            [first] = drain(a)
+            assert first.decline() is None
+            a.pause()
+            held.ack()
+            [second] = drain(b)
+            assert second.id == first.id
+            assert second.decline() is None  # a may take it once back
+            assert files(root, "jobs", "error") == []
+            a.resume()
+            [again] = drain(a)
+            assert (again.id, again.delivery_count) == (first.id, 1)

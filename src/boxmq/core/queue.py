@@ -143,6 +143,9 @@ class QueueEngine:
         # Under hash-by-key its keys go to the consumers that take turns until it resumes:
         # kept on it, they waited for it (for as long as an MQTT session's client is away).
         self._consumers_changed()
+        # Away, it is waited for as one that never declined (`decline`): back, it may take
+        # what it declined (a larger Maximum Packet Size), which resume hands it again.
+        self._declines_forgotten(consumer)
 
     def resume(self, consumer: ConsumerId) -> None:
         max_in_flight = self._paused.pop(consumer, None)
@@ -436,9 +439,9 @@ class QueueEngine:
     ) -> Release | DeadLetter:
         """The holder cannot take it (larger than its client may receive): back for the
         others, its delivery not counted (nothing was delivered), and never handed to this
-        consumer again until it resumes. Declined by every consumer (a paused one is one that
-        may come back able to take it), or by the one its key belongs to under hash-by-key
-        (no other may have it), it is dead: TOO_LARGE."""
+        consumer again until it resumes. Declined by every consumer (a paused one, even one
+        that declined it before it paused, may come back able to take it), or by the one its
+        key belongs to under hash-by-key (no other may have it), it is dead: TOO_LARGE."""
         lease = self._held(message_id, consumer, delivery)
         self._leases.drop(message_id)
         declined = self._declined.setdefault(message_id, set())
@@ -582,8 +585,8 @@ class QueueEngine:
         self._declined.pop(message_id, None)
 
     def _declines_forgotten(self, consumer: ConsumerId) -> None:
-        """`consumer` is back (resumed, or attached again): it may take what it declined (an
-        MQTT client that connected again with a larger Maximum Packet Size)."""
+        """`consumer` paused, or is back (resumed, or attached again): it may take what it
+        declined (an MQTT client that connected again with a larger Maximum Packet Size)."""
         for declined in self._declined.values():
             declined.discard(consumer)
 

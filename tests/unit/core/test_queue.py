@@ -657,3 +657,20 @@ def test_a_consumer_that_declined_left_and_came_back_is_handed_it_again() -> Non
     engine.remove_consumer(A, now=T0 + 1)
     engine.add_consumer(A, max_in_flight=10, lock_timeout=30.0)
     assert claimed(engine.dispatch(now=T0 + 60)) == [("big", "a")]
+
+
+def test_a_consumer_paused_after_declining_is_waited_for_as_any_paused_one() -> None:
+    """An MQTT member that declined a message and went away (its session kept) may connect
+    again with a larger Maximum Packet Size, as one away that never saw it: the others
+    declining it too wait for it, rather than make it dead as too-large."""
+    engine = engine_with(A, B, slots=1)
+    engine.offer(ready("big", sequence=1), now=T0)
+    engine.offer(ready("m", sequence=2), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "a"), ("m", "b")]
+    _declined(engine, "big", A)
+    engine.pause(A)
+    engine.ack(MessageId("m"), B, now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("big", "b")]
+    assert isinstance(_declined(engine, "big", B), Release)  # A may take it once back
+    engine.resume(A)
+    assert claimed(engine.dispatch(now=T0 + 60)) == [("big", "a")]
