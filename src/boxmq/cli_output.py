@@ -133,8 +133,14 @@ _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {0x0A: "
 
 def cell(value: object) -> str:
     """A value on one line (a table cell, a line of `get`'s header): control characters (a
-    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN."""
-    return shown(str(value)).translate(_CONTROLS)
+    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN. One with a
+    blank at an end (a queue named ' ', 'jobs ') is quoted, as an error quotes a name: left
+    bare it was a row with no name, or two names alike; and so is one that starts with a
+    quote, which would read as quoted."""
+    text = str(value)
+    if text and (text[0].isspace() or text[-1].isspace() or text[0] in "'\""):
+        return said(repr(text))
+    return shown(text).translate(_CONTROLS)
 
 
 # A byte that is not UTF-8 (a surrogate escape, PEP 383) as repr() writes it, after an even

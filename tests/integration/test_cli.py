@@ -2296,6 +2296,25 @@ def test_ls_shows_queue_folders_made_by_hand_under_any_name(root: Path) -> None:
     assert "50%off" in ok(root, "ls")
 
 
+def test_ls_shows_a_queue_named_in_blanks_quoted_as_an_error_names_it(root: Path) -> None:
+    """A queue named ' ' was a row with no name, and 'jobs ' one that read as 'jobs' (found
+    by a walk of the docs): a name with a blank at an end is quoted, as an error quotes it
+    (`no queue ' '`), and so is one that starts with a quote; --json gives them as they are."""
+    names = [" ", "  ", "jobs", "jobs ", " x", "'x'", "q\u00a0"]
+    for name in names:
+        ok(root, "put", name, "m")
+    rows = ok(root, "ls").splitlines()[1:]
+    shown = [row.rsplit(None, 5)[0] for row in rows]
+    assert sorted(shown) == sorted(
+        ["' '", "'  '", "jobs", "'jobs '", "' x'", "\"'x'\"", "'q\\xa0'"]
+    )
+    assert [row.split()[-5:] for row in rows] == [["1", "0", "0", "0", "0"]] * len(names)
+    listing = json.loads(ok(root, "--json", "ls"))
+    assert sorted(q["queue"] for q in listing["queues"]) == sorted(names)
+    done = boxmq_cli(root, "get", "nothing here ")
+    assert "no queue 'nothing here '" in done.stderr  # the quoting errors use
+
+
 def test_ls_names_no_two_queue_folders_alike_nor_a_folder_by_a_name_that_misses_it(
     root: Path,
 ) -> None:

@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 from boxmq import cli_output
-from boxmq.cli_output import json_body, out_json_with_body, said, to_json
+from boxmq.cli_output import cell, json_body, out_json_with_body, said, to_json
 
 
 @pytest.mark.parametrize(
@@ -32,6 +32,26 @@ def test_said_shows_bytes_that_are_not_utf_8_as_xnn(message: str, shown: str) ->
 def test_said_is_one_line_whatever_the_message_repeats() -> None:
     said_ = said("boxmq ack: a\nb\r\udcff: no such message")
     assert said_ == r"boxmq ack: a\nb\x0d\xff: no such message"
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (" ", "' '"),  # a row with no name, left bare
+        ("jobs ", "'jobs '"),
+        ("\u3000x", r"'\u3000x'"),  # a blank no eye tells from a space
+        ("'x'", "\"'x'\""),  # would read as x quoted
+        (" \udcff\n", r"' \xff\n'"),
+        ("a b", "a b"),
+        ("jobs", "jobs"),
+        ("", ""),  # a column a row lacks
+        (7, "7"),
+    ],
+)
+def test_a_cell_blank_at_an_end_is_quoted_as_an_error_quotes_a_name(
+    value: object, shown: str
+) -> None:
+    assert cell(value) == shown
 
 
 _CHUNK = cli_output._CHUNK
