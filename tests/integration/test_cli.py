@@ -1273,6 +1273,28 @@ def test_a_body_from_a_closed_stdin_is_one_clear_line_and_nothing_is_sent(
     assert [row["ready"] for row in counts["queues"] + counts["subscriptions"]] == [1, 0]
 
 
+def test_a_folder_as_the_standard_input_is_refused_by_python_before_boxmq_runs(
+    root: Path, tmp_path: Path
+) -> None:
+    """`boxmq put q < data/`: the interpreter stops at its start (init_sys_streams), before
+    any code of boxmq's entry point runs, so no line of boxmq's can say it; docs/cli.md's
+    exit status 1 says what the user meets instead. Nothing is sent, no folder made."""
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", "--data", str(root), "put", "q"],
+            stdin=folder,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(folder)
+    assert done.returncode == 1
+    assert "Fatal Python error: init_sys_streams: <stdin> is a directory" in done.stderr
+    assert not root.exists()
+
+
 def test_file_dash_reads_the_body_from_the_standard_input(root: Path) -> None:
     """`--file -` said `cannot read -: No such file or directory`, exit 1, where BODY `-`
     reads the standard input: the spelling of most tools (a file named `-` is `--file ./-`)."""
