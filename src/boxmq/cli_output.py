@@ -11,7 +11,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from boxmq.client.lifecycle import shown
@@ -133,8 +133,14 @@ _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {0x0A: "
 
 def cell(value: object) -> str:
     """A value on one line (a table cell, a line of `get`'s header): control characters (a
-    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN."""
-    return shown(str(value)).translate(_CONTROLS)
+    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN. One with a
+    blank at an end (a queue named ' ', 'jobs ') is quoted, as an error quotes a name: left
+    bare it was a row with no name, or two names alike; and so is one that starts with a
+    quote, which would read as quoted."""
+    text = str(value)
+    if text and (text[0].isspace() or text[-1].isspace() or text[0] in "'\""):
+        return said(repr(text))
+    return shown(text).translate(_CONTROLS)
 
 
 # A byte that is not UTF-8 (a surrogate escape, PEP 383) as repr() writes it, after an even
@@ -192,6 +198,7 @@ def json_body(body: bytes) -> dict[str, str]:
 
 
 _CHUNK = 3 << 16  # a multiple of 3: base64 of each chunk joins into that of the whole
+_WRITE_AT = 1 << 20  # a line's bytes made, at which they are written
 
 
 def out_json_with_body(
@@ -201,52 +208,115 @@ def out_json_with_body(
     *,
     flush_too: bool = False,
 ) -> None:
-    """`to_json(record | json_body(body) | after)` as one line in one write, as `out` writes
-    it, built a chunk of the body at a time: the whole document made at once took some 17
-    copies of a big body that is not UTF-8 (its text, shown's, JSON's escaping, the line's,
-    base64's), where the line (all ASCII) is now made once, in bytes; the bytes written are
-    the same. `flush_too`: flushed after, as `out(..., flush=True)` (a stream of them)."""
+    """`to_json(record | json_body(body) | after)` as one line, as `out` writes it, made a
+    chunk of the body at a time and written as it is made (`_out_line`): the whole document
+    made at once took some 17 copies of a big body that is not UTF-8 (its text, shown's,
+    JSON's escaping, the line's, base64's), and the whole line, all ASCII, 4.9. The bytes
+    written are the same. `flush_too`: flushed after, as `out(..., flush=True)` (a stream
+    of them)."""
     if sys.stdout is None:  # `serve >&-`: as print(), nothing
         return
-    head = to_json(record)
-    line = bytearray(head[:-1].encode("ascii"))
-    line += b', "body": "' if record else b'"body": "'
-    for shown_bytes in _shown_chunks(body):
-        line += json.dumps(shown_bytes.decode())[1:-1].encode("ascii")
-    line += b'"'
-    if not _is_utf_8(body):
-        line += b', "body_base64": "'
-        for start in range(0, len(body), _CHUNK):
-            line += base64.b64encode(body[start : start + _CHUNK])
-        line += b'"'
-    if after:
-        line += b", " + to_json(after)[1:].encode("ascii")
-    else:
-        line += b"}"
-    line += b"\n"
+    head = to_json(record)[:-1] + (', "body": "' if record else '"body": "')
+    end = f", {to_json(after)[1:]}" if after else "}"
+    text = _BodyText(body)
+
+    def pieces() -> Iterator[bytes | memoryview]:
+        yield head.encode("ascii")
+        for chunk in text:
+            yield _json_escaped(chunk)
+        yield b'"'
+        if not text.utf_8:
+            yield b', "body_base64": "'
+            for start in range(0, len(body), _CHUNK):
+                yield base64.b64encode(body[start : start + _CHUNK])
+            yield b'"'
+        yield f"{end}\n".encode("ascii")
+
+    _out_line(pieces(), flush_too=flush_too)
+
+
+def _out_line(pieces: Iterable[bytes | memoryview], *, flush_too: bool) -> None:
+    """A line made of `pieces` to the standard output: in one write, as `out` writes one,
+    up to _WRITE_AT bytes; past that a write each time that much is made, not the whole
+    line held first (one write(2) of it was not one to a pipe either: it takes PIPE_BUF,
+    4 KiB, in one piece)."""
     flush()  # what was written as text goes before these bytes
+    line = bytearray()
+    for piece in pieces:
+        line += piece
+        if len(line) >= _WRITE_AT:
+            out_bytes(line)
+            line = bytearray()
     out_bytes(line)
     if flush_too:
         flush()
 
 
+class _BodyText:
+    """A body decoded a chunk at a time, each byte that is not UTF-8 as a lone surrogate
+    (PEP 383's surrogate escape, made by the decoder in C, where backslashreplace calls back
+    for each such byte); `utf_8`, once read through, whether there was none. Strict until
+    the first such byte, so that a UTF-8 body is not decoded a second time to tell."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+        self.utf_8 = True
+
+    def __iter__(self) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        for start in range(0, len(self._body), _CHUNK):
+            yield self._decoded(decoder, self._body[start : start + _CHUNK], final=False)
+        yield self._decoded(decoder, b"", final=True)
+
+    def _decoded(self, decoder: codecs.IncrementalDecoder, data: bytes, *, final: bool) -> str:
+        if self.utf_8:
+            try:
+                return decoder.decode(data, final)
+            except UnicodeDecodeError:  # which kept the decoder's state as it was
+                self.utf_8 = False
+                decoder.errors = "surrogateescape"
+        return decoder.decode(data, final)
+
+
+# A character past U+FFFF, whose JSON escape is a surrogate pair (U+10080 \ud800\udc80),
+# its second half taken for a byte that is not UTF-8 by _json_escaped's replace: put back.
+_SPLIT_PAIR = re.compile(r"(\\ud[89ab][0-9a-f]{2})\\\\x")
+
+
+def _json_escaped(text: str) -> memoryview:
+    """JSON's escape of `text` (`_BodyText`'s) between its quotes, in ASCII bytes, with each
+    byte that is not UTF-8 as JSON's for the four characters \\xNN (`\\\\xNN`), as `json_body`
+    writes it: what JSON writes of the surrogate escape (`\\udcNN`) made so by a replace,
+    and not by decoding the body with backslashreplace and JSON writing that, which took
+    twice the time. A text holding `\\ud` (a backslash then ud, which JSON writes `\\\\ud`),
+    where the replace would find the end of what it did not make, goes that way."""
+    escaped = json.dumps(text)
+    if "\\udc" in escaped:
+        if "\\ud" in text:
+            as_shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            escaped = json.dumps(as_shown)
+        else:
+            escaped = _SPLIT_PAIR.sub(r"\1\\udc", escaped.replace("\\udc", "\\\\x"))
+    return memoryview(escaped.encode("ascii"))[1:-1]
+
+
 def out_text_with_body(head: str, body: bytes, *, flush_too: bool = False) -> None:
-    """`out(head + body as text)` for a body that may be big and not UTF-8, in one write
-    too, built a chunk of the body at a time into the line's bytes: the text made whole, and
-    then the line of it, took 7.5 to 12 times the body (each byte that is not UTF-8 is four
+    """`out(head + body as text)` for a body that may be big and not UTF-8, as one line
+    (`_out_line`), made a chunk of the body at a time: the text made whole, and then the
+    line of it, took 7.5 to 12 times the body (each byte that is not UTF-8 is four
     characters, \\xNN). The bytes written are the same, in stdout's own encoding."""
     if sys.stdout is None:  # `serve >&-`: as print(), nothing
         return
     encoding, errors = sys.stdout.encoding, sys.stdout.errors or "strict"
-    line = bytearray(head.encode(encoding, errors))
     as_is = codecs.lookup(encoding).name == "utf-8"
-    for shown_bytes in _shown_chunks(body):
-        line += shown_bytes if as_is else shown_bytes.decode().encode(encoding, errors)
-    line += b"\n" if as_is else "\n".encode(encoding, errors)
-    flush()  # what was written as text goes before these bytes
-    out_bytes(line)
-    if flush_too:
-        flush()
+
+    def pieces() -> Iterator[bytes]:
+        yield head.encode(encoding, errors)
+        for shown_bytes in _shown_chunks(body):
+            yield shown_bytes if as_is else shown_bytes.decode().encode(encoding, errors)
+        yield b"\n" if as_is else "\n".encode(encoding, errors)
+
+    _out_line(pieces(), flush_too=flush_too)
 
 
 def _shown_chunks(body: bytes) -> Iterator[bytes]:
@@ -255,9 +325,8 @@ def _shown_chunks(body: bytes) -> Iterator[bytes]:
     its error handler back for each such byte, so that a 200 MB body of random bytes took 38 s
     to show on a busy machine and outlasted subscribe's 30 s lock; decoded with surrogate
     escapes (PEP 383), which the UTF-8 encoder writes as \\udcNN by itself, \\udc then made
-    \\x, the text comes in half the time, and that body's line in 9 s (`get --json` 15 s). A
-    body that holds the text \\udc, which would be taken for such an escape, goes the slow
-    way."""
+    \\x, the text comes in half the time, and that body's line in 9 s. A body that holds
+    the text \\udc, which would be taken for such an escape, goes the slow way."""
     slow = b"\\udc" in body
     decoder = codecs.getincrementaldecoder("utf-8")(
         "backslashreplace" if slow else "surrogateescape"
@@ -271,14 +340,6 @@ def _encoded(text: str, *, slow: bool) -> bytes:
     if slow:
         return text.encode()
     return text.encode("utf-8", "backslashreplace").replace(b"\\udc", b"\\x")
-
-
-def _is_utf_8(body: bytes) -> bool:
-    try:
-        str(body, "utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def said_by(args: argparse.Namespace) -> str:

@@ -1273,6 +1273,28 @@ def test_a_body_from_a_closed_stdin_is_one_clear_line_and_nothing_is_sent(
     assert [row["ready"] for row in counts["queues"] + counts["subscriptions"]] == [1, 0]
 
 
+def test_a_folder_as_the_standard_input_is_refused_by_python_before_boxmq_runs(
+    root: Path, tmp_path: Path
+) -> None:
+    """`boxmq put q < data/`: the interpreter stops at its start (init_sys_streams), before
+    any code of boxmq's entry point runs, so no line of boxmq's can say it; docs/cli.md's
+    exit status 1 says what the user meets instead. Nothing is sent, no folder made."""
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "boxmq.cli", "--data", str(root), "put", "q"],
+            stdin=folder,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(folder)
+    assert done.returncode == 1
+    assert "Fatal Python error: init_sys_streams: <stdin> is a directory" in done.stderr
+    assert not root.exists()
+
+
 def test_file_dash_reads_the_body_from_the_standard_input(root: Path) -> None:
     """`--file -` said `cannot read -: No such file or directory`, exit 1, where BODY `-`
     reads the standard input: the spelling of most tools (a file named `-` is `--file ./-`)."""
@@ -2294,6 +2316,25 @@ def test_ls_shows_queue_folders_made_by_hand_under_any_name(root: Path) -> None:
         ("jobs", 1),
     ]
     assert "50%off" in ok(root, "ls")
+
+
+def test_ls_shows_a_queue_named_in_blanks_quoted_as_an_error_names_it(root: Path) -> None:
+    """A queue named ' ' was a row with no name, and 'jobs ' one that read as 'jobs' (found
+    by a walk of the docs): a name with a blank at an end is quoted, as an error quotes it
+    (`no queue ' '`), and so is one that starts with a quote; --json gives them as they are."""
+    names = [" ", "  ", "jobs", "jobs ", " x", "'x'", "q\u00a0"]
+    for name in names:
+        ok(root, "put", name, "m")
+    rows = ok(root, "ls").splitlines()[1:]
+    shown = [row.rsplit(None, 5)[0] for row in rows]
+    assert sorted(shown) == sorted(
+        ["' '", "'  '", "jobs", "'jobs '", "' x'", "\"'x'\"", "'q\\xa0'"]
+    )
+    assert [row.split()[-5:] for row in rows] == [["1", "0", "0", "0", "0"]] * len(names)
+    listing = json.loads(ok(root, "--json", "ls"))
+    assert sorted(q["queue"] for q in listing["queues"]) == sorted(names)
+    done = boxmq_cli(root, "get", "nothing here ")
+    assert "no queue 'nothing here '" in done.stderr  # the quoting errors use
 
 
 def test_ls_names_no_two_queue_folders_alike_nor_a_folder_by_a_name_that_misses_it(
