@@ -457,6 +457,16 @@ def test_retained_messages_a_subscribe_sends_wait_for_the_clients_receive_maximu
         assert sorted(topics) == [b"r/1", b"r/2", b"r/3"]
 
 
+def _two_published_at_qos2(sender: socket.socket) -> None:
+    """ "1" and "2" published to `two` at QoS 2 by `sender`, each PUBREC'd, released and
+    completed."""
+    for n in (1, 2):
+        sender.sendall(publish("two", b"%d" % n, qos=2, packet_id=n))
+        assert read(sender) == (0x50, n.to_bytes(2, "big"))
+        sender.sendall(packet(0x62, n.to_bytes(2, "big")))
+        assert read(sender) == (0x70, n.to_bytes(2, "big"))
+
+
 def test_a_pubrel_sent_again_holds_its_place_under_the_clients_receive_maximum(
     server: RunningServer,
 ) -> None:
@@ -468,11 +478,7 @@ def test_a_pubrel_sent_again_holds_its_place_under_the_clients_receive_maximum(
     with _connected(server, "sender") as sender:
         subscriber.sendall(_subscribe(1, ("two", 2)))
         assert read(subscriber)[0] == 0x90
-        for n in (1, 2):
-            sender.sendall(publish("two", b"%d" % n, qos=2, packet_id=n))
-            assert read(sender) == (0x50, n.to_bytes(2, "big"))
-            sender.sendall(packet(0x62, n.to_bytes(2, "big")))
-            assert read(sender) == (0x70, n.to_bytes(2, "big"))
+        _two_published_at_qos2(sender)
         kind, body = read(subscriber)
         assert (kind, body[8:]) == (0x34, b"1")
         first = body[5:7]
@@ -1032,11 +1038,7 @@ def test_a_pubrel_sent_is_sent_again_and_never_its_publish(server: RunningServer
     with _connected(server, "sender") as sender:
         subscriber.sendall(_subscribe(1, ("two", 2)))
         assert read(subscriber)[0] == 0x90
-        for n in (1, 2):
-            sender.sendall(publish("two", b"%d" % n, qos=2, packet_id=n))
-            assert read(sender) == (0x50, n.to_bytes(2, "big"))
-            sender.sendall(packet(0x62, n.to_bytes(2, "big")))
-            assert read(sender) == (0x70, n.to_bytes(2, "big"))
+        _two_published_at_qos2(sender)
         ids = []
         for n in (1, 2):
             kind, body = read(subscriber)

@@ -815,11 +815,10 @@ def test_a_311_and_a_v5_member_share_one_group(server: RunningServer) -> None:
     assert {m.qos for ms in got.values() for m in ms} == {2}
 
 
-def test_a_message_too_large_for_the_members_there_goes_to_error_when_the_one_away_ends(
-    server: RunningServer,
-) -> None:
-    """The member waited for ends its session (it connects again with a clean start) holding
-    nothing: the members left, who cannot take it, are told of it, and it goes to error/."""
+def _waiting_for_the_member_away(server: RunningServer) -> Paho:
+    """A member "away" (its session kept, its Maximum Packet Size 100) and a connected small
+    member in group g, and a message of BIG bytes published that neither can take: it waits
+    for the one away. The small member."""
     away = _small(server, "away", clean=False, expiry=3600)
     away.subscribe("$share/g/big/#", 1)
     away.stop()
@@ -827,9 +826,19 @@ def test_a_message_too_large_for_the_members_there_goes_to_error_when_the_one_aw
     small.subscribe("$share/g/big/#", 1)
     paho(server, "pub").publish("big/x", b"x" * BIG, 1)
     assert small.nothing(within=0.5)
+    return small
+
+
+def test_a_message_too_large_for_the_members_there_goes_to_error_when_the_one_away_ends(
+    server: RunningServer,
+) -> None:
+    """The member waited for ends its session (it connects again with a clean start) holding
+    nothing: the members left, who cannot take it, are told of it, and it goes to error/."""
+    small = _waiting_for_the_member_away(server)
     paho(server, "away", clean=True)  # its session, and its membership, end
     until(lambda: len(_group_states(server.root)["error"]) == 1, lambda: _group_states(server.root))
     assert "too-large" in _group_states(server.root)["error"][0]
+    assert small.nothing(within=0.1)
 
 
 def test_under_hash_by_key_a_message_too_large_for_its_keys_member_goes_to_error(
@@ -862,13 +871,7 @@ def test_a_member_that_declined_a_message_gets_it_once_back_with_a_clean_start(
     """A member passed over only while it stays connected: one that declined a message
     (waiting for a member away) and connects again with a clean start and no Maximum Packet
     Size is a new member, which takes it, not left waiting for the member away."""
-    away = _small(server, "away", clean=False, expiry=3600)
-    away.subscribe("$share/g/big/#", 1)
-    away.stop()
-    small = _small(server, "small")
-    small.subscribe("$share/g/big/#", 1)
-    paho(server, "pub").publish("big/x", b"x" * BIG, 1)
-    assert small.nothing(within=0.5)
+    small = _waiting_for_the_member_away(server)
     small.stop()
     again = paho(server, "small")  # a clean start, no Maximum Packet Size
     again.subscribe("$share/g/big/#", 1)
