@@ -225,10 +225,7 @@ def _run(args: argparse.Namespace) -> int:
         before_root(args)
     if not getattr(args, "creates_root", False):
         _check_root(str(args.data), getattr(args, "root_from", None))
-    if (
-        not_a_root := cli_errors.not_a_root(str(args.data), getattr(args, "root_from", None))
-    ) is not None:
-        raise InvalidArgument(not_a_root)
+    cli_errors.check_not_a_dropbox(str(args.data), getattr(args, "root_from", None))
     with _opened(args) as box:
         return command(args, box)
 

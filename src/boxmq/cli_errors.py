@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 
+from boxmq.errors import InvalidArgument
 from boxmq.store.layout import State
 from boxmq.store.topics import SUBSCRIPTIONS_DIR
 
@@ -35,19 +36,19 @@ def os_error(
     return f"{where}: {what}{hint}"
 
 
-def not_a_root(path: str, root_from: str | None = None) -> str | None:
-    """What is wrong with a queue's or a subscription's own folder given as the root
+def check_not_a_dropbox(path: str, root_from: str | None = None) -> None:
+    """Refuse (InvalidArgument) a queue's or a subscription's own folder given as the root
     (`--data data/jobs`: `ls` listed nothing, a `put` made a queue inside the queue), naming
-    the root it is in; None for any other folder. Told by its state folders: a queue named
-    `target` is a folder holding a target/ of its own, which a dropbox's target/ (message
-    files) never does. `root_from`: where the root came from when not --data or $BOXMQ_DATA."""
+    the root it is in. Told by its state folders: a queue named `target` is a folder holding
+    a target/ of its own, which a dropbox's target/ (message files) never does. `root_from`:
+    where the root came from when not --data or $BOXMQ_DATA."""
     target = os.path.join(path, State.TARGET.value)
     if not (
         os.path.isdir(target)
         and os.path.isdir(os.path.join(path, State.PROCESSING.value))
         and not os.path.isdir(os.path.join(target, State.TARGET.value))
     ):
-        return None
+        return
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.basename(parent) == SUBSCRIPTIONS_DIR:  # <root>/topic-root/<filter>/.subscriptions
         what, root = (
@@ -57,7 +58,7 @@ def not_a_root(path: str, root_from: str | None = None) -> str | None:
     else:
         what, root = "a queue's folder", parent
     given = root_from or "--data or $BOXMQ_DATA"
-    return (
+    raise InvalidArgument(
         f"{path} is {what} (it holds target/ and processing/), not a root: check {given}, "
         f"which takes the folder that holds the queues ({root})"
     )

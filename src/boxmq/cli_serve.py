@@ -359,8 +359,7 @@ def serve(args: argparse.Namespace) -> int:
     # too), or a host that does not resolve, had the root made (a mistyped --data) and
     # recovered before the bind that stopped serve.
     root_from = f"data in {config.source}" if config.data_from_file else None
-    if (not_a_root := cli_errors.not_a_root(str(config.data), root_from)) is not None:
-        raise InvalidArgument(not_a_root)
+    cli_errors.check_not_a_dropbox(str(config.data), root_from)
     sockets = None if mqtt is None else _bind_listeners(args, config, mqtt)
     try:
         _serve_root(args, config, mqtt, sockets, xmpp)
