@@ -324,22 +324,18 @@ def _shown_chunks(body: bytes) -> Iterator[bytes]:
     UTF-8 with each byte that is not UTF-8 as the four characters \\xNN. The decoder calls
     its error handler back for each such byte, so that a 200 MB body of random bytes took 38 s
     to show on a busy machine and outlasted subscribe's 30 s lock; decoded with surrogate
-    escapes (PEP 383), which the UTF-8 encoder writes as \\udcNN by itself, \\udc then made
-    \\x, the text comes in half the time, and that body's line in 9 s. A body that holds
-    the text \\udc, which would be taken for such an escape, goes the slow way."""
-    slow = b"\\udc" in body
-    decoder = codecs.getincrementaldecoder("utf-8")(
-        "backslashreplace" if slow else "surrogateescape"
-    )
-    for start in range(0, len(body), _CHUNK):
-        yield _encoded(decoder.decode(body[start : start + _CHUNK]), slow=slow)
-    yield _encoded(decoder.decode(b"", final=True), slow=slow)
-
-
-def _encoded(text: str, *, slow: bool) -> bytes:
-    if slow:
-        return text.encode()
-    return text.encode("utf-8", "backslashreplace").replace(b"\\udc", b"\\x")
+    escapes (PEP 383, `_BodyText`, as --json does), which the UTF-8 encoder writes as \\udcNN
+    by itself, \\udc then made \\x, the text comes in half the time, and that body's line in
+    9 s. A body that holds the text \\udc, which would be taken for such an escape, goes the
+    slow way."""
+    if b"\\udc" in body:
+        decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+        for start in range(0, len(body), _CHUNK):
+            yield decoder.decode(body[start : start + _CHUNK]).encode()
+        yield decoder.decode(b"", final=True).encode()
+        return
+    for text in _BodyText(body):
+        yield text.encode("utf-8", "backslashreplace").replace(b"\\udc", b"\\x")
 
 
 def said_by(args: argparse.Namespace) -> str:
