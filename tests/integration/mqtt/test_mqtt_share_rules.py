@@ -484,14 +484,7 @@ def test_a_message_too_large_for_the_members_there_waits_for_one_away(
 ) -> None:
     """A member away (its session kept) may come back able to take it: the message waits for
     it, and goes to it when it connects again with a larger Maximum Packet Size."""
-    away = _small(server, "away", clean=False, expiry=3600)
-    away.subscribe("$share/g/big/#", 1)
-    away.stop()
-    small = _small(server, "small")
-    small.subscribe("$share/g/big/#", 1)
-    pub = paho(server, "pub")
-    pub.publish("big/x", b"x" * BIG, 1)
-    assert small.nothing(within=0.5)
+    small = _waiting_for_the_member_away(server)
     assert len(_group_states(server.root)["target"]) == 1
     back = paho(server, "away", clean=False, expiry=3600)  # no Maximum Packet Size now
     assert back.next().payload == b"x" * BIG
