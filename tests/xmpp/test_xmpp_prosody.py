@@ -699,6 +699,49 @@ def test_an_answer_past_the_servers_stanza_limit_is_never_sent(
     run(scenario())
 
 
+def test_a_payload_nested_deeper_than_pythons_recursion_limit_is_stored_and_delivered(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # A payload of 2,000 nested elements is 14 kB, well within a client's stanza limit, and
+    # the server passes it on; the component's writer called itself once per level, so the
+    # publish raised RecursionError, and so did its error's echo of the request: the
+    # component's stream ended at each (everyone's notifications in flight with it), nothing
+    # stored, no answer. Any iq echoed in an error did the same (a get in a namespace not
+    # served). Now it is stored, answered and delivered like any other payload.
+    depth = 2000
+    nested = "<a xmlns='urn:deep'>" + "<a>" * depth + "x" + "</a>" * depth + "</a>"
+    publish = f"<pubsub xmlns='{PS}'><publish node='jobs'><item>{nested}</item></publish></pubsub>"
+    unserved = nested.replace("urn:deep", "urn:unserved")
+
+    async def scenario() -> None:
+        async with (
+            component(prosody, box) as running,
+            clients(prosody, "alice", "carol") as [alice, carol],
+        ):
+            dropped: list[object] = []
+            running.add_event_handler("disconnected", dropped.append)
+            await alice.subscribe(1)
+            # as text: slixmpp's own writer, which calls itself per level too, cannot send it
+            sent = f"<iq type='set' id='deep' to='{SERVICE}'>{publish}</iq>"
+            published = await _raw_reply(carol, sent, "deep", wait=10.0)
+            assert published is not None, "no answer to the publish"
+            assert published.get("type") == "result", ET.tostring(published)[:300]
+            item = published.find(f".//{{{PS}}}item").get("id", "")  # type: ignore[union-attr]
+            event = await alice.next_event()
+            assert (event.what, event.item) == ("item", item)
+            assert event.payload is not None
+            assert len(list(event.payload.iter("{urn:deep}a"))) == depth + 1
+            assert (await alice.retract(item)).get("type") == "result"
+            sent = f"<iq type='get' id='deep-get' to='{SERVICE}'>{unserved}</iq>"
+            refused = await _raw_reply(carol, sent, "deep-get", wait=10.0)
+            assert refused is not None, "no answer to the get"
+            unavailable = "{urn:ietf:params:xml:ns:xmpp-stanzas}service-unavailable"
+            assert refused.find(f".//{unavailable}") is not None, ET.tostring(refused)[:300]
+            assert dropped == []  # the component's stream was never ended
+
+    run(scenario())
+
+
 def test_disco_items_of_a_thousand_long_queue_names_are_cut_to_fit(
     prosody: Prosody, box: boxmq.Box
 ) -> None:
