@@ -227,6 +227,52 @@ def test_a_subscriber_may_write_its_jid_in_capitals(prosody: Prosody, box: boxmq
     run(scenario())
 
 
+def test_a_resource_neither_subscribes_nor_unsubscribes_another_resource_of_its_user(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # A subscription here is the requester's full JID's, its events sent there and ended by
+    # its presence. alice@localhost/r's subscribe naming alice@localhost/phone was answered
+    # 'subscribed' and subscribed alice@localhost/r; its unsubscribe naming /phone ended its
+    # own subscription, and /phone's went on. Now each is refused, as for another user's JID.
+    invalid_jid = f"{{{ns.PUBSUB_ERRORS}}}invalid-jid"
+    forbidden = "{urn:ietf:params:xml:ns:xmpp-stanzas}forbidden"
+
+    def subscribe(jid: str) -> str:
+        return (
+            f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='{jid}'/><options>"
+            "<x xmlns='jabber:x:data' type='submit'>"
+            "<field var='pubsub#queue_requests'><value>1</value></field></x></options></pubsub>"
+        )
+
+    def unsubscribe(jid: str) -> str:
+        return f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='{jid}'/></pubsub>"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            phone = Client(prosody, "alice", "phone")
+            await phone.start()
+            try:
+                own = await phone.request(subscribe("alice@localhost/phone"))
+                assert own.get("type") == "result", ET.tostring(own)
+                other = await alice.request(subscribe("alice@localhost/phone"))
+                assert other.find(f".//{invalid_jid}") is not None, ET.tostring(other)
+                listed = await alice.request(
+                    f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", type="get"
+                )
+                assert listed.find(f".//{{{PS}}}subscription") is None, ET.tostring(listed)
+                ended = await alice.request(unsubscribe("alice@localhost/phone"))
+                assert ended.find(f".//{forbidden}") is not None, ET.tostring(ended)
+                item = await carol.publish("<job xmlns='urn:example'/>")
+                assert (await phone.next_event()).item == item  # still subscribed
+                mine = await phone.request(unsubscribe("alice@localhost/phone"))
+                assert mine.get("type") == "result", ET.tostring(mine)
+            finally:
+                phone.disconnect(wait=0.5)
+
+    run(scenario())
+
+
 def test_another_user_cannot_answer_a_subscribers_qos_notification(
     prosody: Prosody, box: boxmq.Box
 ) -> None:

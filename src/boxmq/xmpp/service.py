@@ -736,8 +736,8 @@ class QueueService:
         return deadline is not None and self._now() < deadline
 
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
-        if bare(request.jid) != bare(iq.sender):
-            raise StanzaError(INVALID_JID, "subscribe your own JID")
+        if not _names_requester(request.jid, iq.sender):
+            raise StanzaError(INVALID_JID, f"{iq.sender} may subscribe its own JID only")
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
@@ -896,7 +896,7 @@ class QueueService:
 
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
         """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
-        if bare(request.jid) != bare(iq.sender):  # XEP-0060 §6.2.3.3
+        if not _names_requester(request.jid, iq.sender):  # XEP-0060 §6.2.3.3
             raise StanzaError(_FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
         subscription = self._subscriptions.get(iq.sender, request.node)
         if subscription is None:
@@ -1301,6 +1301,14 @@ def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     calls the others consumers; the door names it by its JID, and them subscribers."""
     detail = error.detail.replace(consumer, jid).replace("another consumer", "another subscriber")
     return type(error)(error.message_id, detail)
+
+
+def _names_requester(jid: str, sender: str) -> bool:
+    """Whether a subscribe's or unsubscribe's `jid` names its sender: its bare JID, or its
+    own full JID. XEP-0060 §6.1.3.1 asks a service to compare the bare JIDs "at a minimum";
+    a subscription here is the sending resource's, so another resource of the same user
+    would have been answered for and the sender subscribed (or unsubscribed) instead."""
+    return jid in (bare(sender), sender)
 
 
 def _subscription_element(subscription: Subscription, state: str) -> str:
