@@ -788,6 +788,41 @@ def test_a_payload_nested_deeper_than_pythons_recursion_limit_is_stored_and_deli
     run(scenario())
 
 
+def test_a_payload_that_would_grow_past_the_limit_of_an_item_is_refused_not_stored(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # 200,000 quotes in a payload's text are 200 kB from the client, within its 256 KiB, and
+    # 1.2 MB as the XML stored for them (`&apos;`): the publish, and an <acknowledged/>
+    # message, were answered `result`, and the item moved to error/ at its first delivery,
+    # over the component's stanza limit, its subscriber sent nothing. Now both are refused
+    # as XEP-0060 §7.1.3.4 says, payload-too-big, and nothing is stored.
+    quotes = "<t xmlns='urn:q'>" + "'" * 200_000 + "</t>"
+    publish = f"<pubsub xmlns='{PS}'><publish node='jobs'><item>{quotes}</item></publish></pubsub>"
+    acknowledged = (
+        f"<qos:acknowledged xmlns:qos='{ns.QOS}'><message>{quotes}</message></qos:acknowledged>"
+    )
+    too_big = f"{{{ns.PUBSUB_ERRORS}}}payload-too-big"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            await alice.subscribe(1)
+            for iq_id, to, inner in (
+                ("quotes", SERVICE, publish),
+                ("quotes-ack", f"jobs@{SERVICE}", acknowledged),
+            ):
+                sent = f"<iq type='set' id='{iq_id}' to='{to}'>{inner}</iq>"
+                refused = await _raw_reply(carol, sent, iq_id, wait=10.0)
+                assert refused is not None, f"no answer to {iq_id}"
+                assert refused.find(f".//{too_big}") is not None, ET.tostring(refused)[:300]
+            item = await carol.publish("<t xmlns='urn:q'>fits</t>")
+            assert (await alice.next_event()).item == item  # the first item she was sent
+
+    run(scenario())
+    counts = box.queue("jobs").counts()
+    assert (counts.ready + counts.locked, counts.dead) == (1, 0)
+
+
 def test_disco_items_of_a_thousand_long_queue_names_are_cut_to_fit(
     prosody: Prosody, box: boxmq.Box
 ) -> None:

@@ -146,6 +146,9 @@ _NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 # A result that would pass the stanza size limit: what it says cannot be cut (_send_answer)
 _ANSWER_TOO_BIG: Final = Condition("cancel", "resource-constraint")
+# The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
+# them (`1796221183759915-7586788408`), with room to spare.
+_ITEM_AROUND: Final = 100
 # Characters of an error's text kept when even the error without its echo would not fit: at
 # most 6 bytes each escaped, well within the room ENVELOPE leaves beside the iq's envelope.
 _TEXT_KEPT: Final = 1000
@@ -198,8 +201,8 @@ class QueueService:
         self._next_deleted_check = 0.0
         self._closed = False  # stopping: see iq
         # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
-        # item leaves room for its event's envelope; with Prosody's default a body of up to
-        # 256 KiB, what a client can publish, always fits.
+        # item leaves room for its event's envelope. What a client sends within its own limit
+        # (256 KiB) may not fit once stored as XML: _storable.
         self._stanza_size_limit = stanza_size_limit
         self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
         self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
@@ -377,7 +380,7 @@ class QueueService:
             node = _node_of(message.to)
             self._touched.add(node)
             body = _stamped(message.message, sender=message.sender, to=message.to)
-            self._put_on_node(node, body, message.sender)
+            self._put_on_node(node, self._storable(body), message.sender)
 
         refused = self._refusal(put, "storing a message from %s to %s", message.sender, message.to)
         if refused is None:
@@ -620,11 +623,26 @@ class QueueService:
         if request.payload is None:
             raise StanzaError(_PAYLOAD_REQUIRED, "publish one <item/> with a payload")
         # The service assigns the item id: it is the boxmq message id (docs/xmpp.md).
-        body = render.xml_of(request.payload).encode()
+        body = self._storable(render.xml_of(request.payload).encode())
         if self._is_queue(request.node):
             self._puts.setdefault(request.node, []).append((iq, body))
             return None  # answered by flush(), once the batch is on disk
         return self._to_topic(iq, request.node, body)
+
+    def _storable(self, body: bytes) -> bytes:
+        """`body`, an item's payload as the XML stored for it, if an item can carry it to the
+        subscribers; else MessageTooLarge (XEP-0060 §7.1.3.4, payload-too-big). It grows on
+        its way in: a `'` a client writes as one byte is `&apos;`, so 200,000 of them, within
+        its 256 KiB, were stored as 1.2 MB, answered `result`, and moved to error/ at their
+        first delivery, never sent (_delivered)."""
+        room = self._max_item - _ITEM_AROUND
+        if len(body) > room:
+            raise MessageTooLarge(
+                f"the payload is {len(body)} bytes written as XML (a ' or \" in its text takes "
+                f"6, a > 4), over the {room} an item from this service may carry (the server's "
+                "component_stanza_size_limit, less room for the event around it): not stored"
+            )
+        return body
 
     def _to_topic(self, iq: Iq, node: str, body: bytes) -> str:
         """A publish to a topic: a copy for every matching subscription, MQTT's included."""
@@ -935,7 +953,7 @@ class QueueService:
             return render.result(iq)
         node = _node_of(iq.to)
         self._touched.add(node)
-        body = _stamped(request.message, sender=iq.sender, to=iq.to)
+        body = self._storable(_stamped(request.message, sender=iq.sender, to=iq.to))
         if isinstance(request, QosAcknowledged):
             self._put_on_node(node, body, iq.sender)
             return render.result(iq)
