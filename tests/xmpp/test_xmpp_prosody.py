@@ -23,6 +23,7 @@ from boxmq.xmpp import ns
 SCENARIO_SECONDS = 60
 UNEXPECTED = "{urn:ietf:params:xml:ns:xmpp-stanzas}unexpected-request"
 ITEM_NOT_FOUND = "{urn:ietf:params:xml:ns:xmpp-stanzas}item-not-found"
+BAD_REQUEST = "{urn:ietf:params:xml:ns:xmpp-stanzas}bad-request"
 
 
 def run(scenario: Coroutine[Any, Any, None]) -> None:
@@ -821,6 +822,40 @@ def test_a_payload_that_would_grow_past_the_limit_of_an_item_is_refused_not_stor
     run(scenario())
     counts = box.queue("jobs").counts()
     assert (counts.ready + counts.locked, counts.dead) == (1, 0)
+
+
+def test_text_beside_a_payload_is_refused_and_white_space_around_it_dropped(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # The payload's tail was stored with it: `<x xmlns="urn:x" />text` is no one element,
+    # so its subscriber was sent it as text, <text xmlns='urn:boxmq:0'>&lt;x ...</text>, and
+    # never the element published; text before the payload was dropped without a word.
+    invalid_payload = f"{{{ns.PUBSUB_ERRORS}}}invalid-payload"
+
+    def publish(item: str) -> str:
+        return f"<pubsub xmlns='{PS}'><publish node='jobs'><item>{item}</item></publish></pubsub>"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            for beside in ("<x xmlns='urn:x'/>after", "before<x xmlns='urn:x'/>"):
+                refused = await carol.request(publish(beside))
+                assert refused.find(f".//{invalid_payload}") is not None, ET.tostring(refused)
+                # beside an <acknowledged/> message, "and nothing else": it went the same way
+                message = beside.replace("x xmlns='urn:x'/", "message xmlns='jabber:client'/")
+                acknowledged = f"<acknowledged xmlns='{ns.QOS}'>{message}</acknowledged>"
+                refused = await carol.request(acknowledged, to=f"jobs@{SERVICE}")
+                assert refused.find(f".//{BAD_REQUEST}") is not None, ET.tostring(refused)
+            pretty = await carol.request(publish("\n  <x xmlns='urn:x'>1</x>\n"))
+            assert pretty.get("type") == "result", ET.tostring(pretty)
+            await alice.subscribe(1)
+            event = await alice.next_event()
+            assert event.payload is not None
+            assert (event.payload.tag, event.payload.text) == ("{urn:x}x", "1")
+
+    run(scenario())
+    [stored] = [path.read_bytes() for path in Path(box.root, "jobs").glob("*/*")]
+    assert stored == b'<x xmlns="urn:x">1</x>'
 
 
 def test_disco_items_of_a_thousand_long_queue_names_are_cut_to_fit(
