@@ -689,6 +689,40 @@ def test_qos_messages_to_a_topic_node_no_subscription_matches_are_answered_and_d
     assert kept == []  # dropped: no subscription matched
 
 
+def test_a_message_to_a_node_named_with_xep_0106_escapes_reaches_that_node(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # A JID's local part cannot hold a `/` or a space (RFC 7622 §3.3.1), so a topic node
+    # `sensors/1` or a queue `night jobs` can only be written `sensors\2f1@...` and
+    # `night\20jobs@...` (XEP-0106). The escapes were taken as written: the messages went to
+    # a topic `sensors\2f1` nobody subscribed to, answered `result` and dropped, and to a
+    # topic `night\20jobs`, not the queue.
+    box.queue("night jobs")
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            await alice.subscribe(5, "sensors/1")
+            for iq_id, to in (("s", rf"sensors\2f1@{SERVICE}"), ("n", rf"night\20jobs@{SERVICE}")):
+                acknowledged = await _raw_request(
+                    carol,
+                    iq_id,
+                    f"<acknowledged xmlns='{ns.QOS}'><message xmlns='jabber:client'>"
+                    f"<body>{iq_id}</body></message></acknowledged>",
+                    to,
+                )
+                assert (acknowledged.get("type"), len(acknowledged)) == ("result", 0)
+            carol.send_raw(rf"<message to='sensors\2f1@{SERVICE}' id='p'><body>p</body></message>")
+            got = [await alice.next_event() for _ in range(2)]
+            bodies = [
+                e.payload.findtext("{jabber:client}body") for e in got if e.payload is not None
+            ]
+            assert bodies == ["s", "p"]
+
+    run(scenario())
+    assert box.queue("night jobs").counts().ready == 1
+
+
 async def _raw_reply(user: Client, xml: str, iq_id: str, *, wait: float) -> ET.Element | None:
     """Send `xml` as written (slixmpp would escape each `'` or `>`: the test sends what any
     client may), then the answer to iq `iq_id`; None if none came within `wait` s

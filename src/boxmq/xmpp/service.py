@@ -1383,12 +1383,19 @@ def _qos_level(written: str) -> Level:
         raise StanzaError(INVALID_OPTIONS, f"{QOS_LEVEL}: {error}") from None
 
 
+# XEP-0106 §4.2: the characters a JID's local part cannot hold, each a `\` and two hex digits
+_JID_ESCAPE: Final = re.compile(r"\\(20|22|26|27|2f|3a|3c|3e|40|5c)")
+
+
 def _node_of(to: str) -> str:
-    """A QoS-wrapped message goes to the queue named by the local part of its address."""
+    """A QoS-wrapped message goes to the queue named by the local part of its address, with
+    XEP-0106's escapes taken out: a local part cannot hold a `/` or a space (RFC 7622), so a
+    node `sensors/1` is written `sensors\\2f1`. Taken as written, it went to a topic of
+    that name, which nobody subscribes to, and was dropped."""
     local, at, _ = to.partition("@")
     if not at or not local:
         raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
-    return local
+    return _JID_ESCAPE.sub(lambda escape: chr(int(escape[1], 16)), local)
 
 
 def _stamped(message: Element, *, sender: str, to: str) -> bytes:
