@@ -86,6 +86,7 @@ from boxmq.xmpp.requests import (
     RetrieveAffiliations,
     RetrieveSubscriptions,
     Subscribe,
+    Unacknowledged,
     Unlock,
     Unsubscribe,
     bare,
@@ -247,7 +248,23 @@ class QueueService:
         refused = self._refusal(sent, "answering %.80s from %s", iq.id, iq.sender)
         if refused is not None:
             condition, text, inner = refused
-            self._send_error(iq, condition, text=text, inner=inner)
+            self._or_logged(
+                partial(self._send_error, iq, condition, text=text, inner=inner),
+                "%s to iq %.80s from %s not sent",
+                condition.name,
+                iq.id,
+                iq.sender,
+            )
+
+    def _or_logged(self, answer: Callable[[], None], unsent: str, *args: object) -> None:
+        """Send the answer to a refused stanza; if that fails too (a bug), its traceback is
+        logged (as `unsent % args`) and the stanza goes unanswered: raised, the failure left
+        the component's data handler, which ended its stream and every notification in
+        flight."""
+        try:
+            answer()
+        except Exception:
+            log.exception(unsent, *args)
 
     def _unanswerable(self, iq: Iq) -> bool:
         """Whether `iq` leaves no room for an answer: its id (and addresses), which every
@@ -386,6 +403,17 @@ class QueueService:
         if refused is None:
             return
         condition, text, _ = refused  # a message error echoes nothing: no payload
+        self._or_logged(
+            partial(self._refuse_message, message, condition, text),
+            "%s to message %.80s from %s not sent",
+            condition.name,
+            message.id,
+            message.sender,
+        )
+
+    def _refuse_message(self, message: Unacknowledged, condition: Condition, text: str) -> None:
+        """Answer a message refused, unless its type asks no answer or its error would not
+        fit in a stanza."""
         if message.type in _UNANSWERED:
             log.debug(
                 "%s message from %s to %s refused: %s",
