@@ -18,6 +18,7 @@ from tests.waiting import until_async
 from tests.xmpp.clients import component
 
 import boxmq
+from boxmq.core import ExactlyOnceLimits
 from boxmq.xmpp import ns
 
 SCENARIO_SECONDS = 60
@@ -721,6 +722,36 @@ def test_a_message_to_a_node_named_with_xep_0106_escapes_reaches_that_node(
 
     run(scenario())
     assert box.queue("night jobs").counts().ready == 1
+
+
+def test_an_assured_message_over_max_message_size_is_not_to_be_retried(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    # Over ExactlyOnceLimits.max_message_size it was answered `wait` resource-constraint,
+    # which tells a client to send it again later (RFC 6120 §8.3.2), to be refused again: it is
+    # `modify` not-acceptable + payload-too-big, as a publish too big for an item is.
+    limits = ExactlyOnceLimits(max_message_size=200)
+    payload_too_big = f"{{{ns.PUBSUB_ERRORS}}}payload-too-big"
+
+    async def scenario(box: boxmq.Box) -> None:
+        async with component(prosody, box), clients(prosody, "carol") as [carol]:
+            refused = await _raw_request(
+                carol,
+                "s1",
+                f"<assured xmlns='{ns.QOS}' msgId='m1'><message xmlns='jabber:client'>"
+                f"<body>{'x' * 300}</body></message></assured>",
+                f"jobs@{SERVICE}",
+            )
+            error = refused.find("{jabber:client}error")
+            assert error is not None, ET.tostring(refused)
+            assert error.get("type") == "modify", ET.tostring(refused)
+            assert error.find(f"{{{ns.STANZAS}}}not-acceptable") is not None, ET.tostring(refused)
+            assert error.find(payload_too_big) is not None, ET.tostring(refused)
+
+    with boxmq.open(tmp_path / "data", fsync="never", exactly_once=limits) as box:
+        box.queue("jobs")
+        run(scenario(box))
+        assert box.queue("jobs").counts().ready == 0
 
 
 async def _raw_reply(user: Client, xml: str, iq_id: str, *, wait: float) -> ET.Element | None:

@@ -1004,11 +1004,10 @@ class QueueService:
             )
         except SendersNameTooLong as error:  # said in assured()'s words: source, msg_id
             raise MetadataTooLong(error.said(_ASSURED_WORDS)) from error
-        except MessageTooLarge as error:
-            # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
-            self._refusals.refused(iq.sender, "resource-constraint", str(error), now=self._now())
-            raise ResourceConstraint(str(error)) from error
-        except (NotAllowed, ResourceConstraint) as error:
+        except (MessageTooLarge, NotAllowed, ResourceConstraint) as error:
+            # urn:xmpp:qos, Memory attacks: each logged. Over max_message_size is
+            # payload-too-big, of type modify as the publish's (RFC 6120 §8.3.2: waiting
+            # cannot help); the pending limits, which waiting can, resource-constraint.
             name = condition_for(error).name
             self._refusals.refused(iq.sender, name, str(error), now=self._now())
             raise
