@@ -275,6 +275,40 @@ def test_a_resource_neither_subscribes_nor_unsubscribes_another_resource_of_its_
     run(scenario())
 
 
+def test_a_subscription_made_with_the_full_jid_is_named_so(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # XEP-0060 §6.1.2: the result's <subscription/> carries the JID subscribed. One made with
+    # the sender's own full JID was answered, listed and ended with its bare JID.
+    full = "alice@localhost/phone"
+    subscribe = (
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='{full}'/><options>"
+        "<x xmlns='jabber:x:data' type='submit'>"
+        "<field var='pubsub#queue_requests'><value>1</value></field></x></options></pubsub>"
+    )
+
+    def jids(reply: ET.Element) -> list[str | None]:
+        assert reply.get("type") == "result", ET.tostring(reply)
+        return [s.get("jid") for s in reply.iter(f"{{{PS}}}subscription")]
+
+    async def scenario() -> None:
+        phone = Client(prosody, "alice", "phone")
+        await phone.start()
+        try:
+            async with component(prosody, box):
+                assert jids(await phone.request(subscribe)) == [full]
+                listed = await phone.request(
+                    f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", type="get"
+                )
+                assert jids(listed) == [full]
+            ended = await _subscription_ended(phone)  # told at the component's stop
+            assert ended.get("jid") == full
+        finally:
+            phone.disconnect(wait=0.5)
+
+    run(scenario())
+
+
 def test_another_user_cannot_answer_a_subscribers_qos_notification(
     prosody: Prosody, box: boxmq.Box
 ) -> None:

@@ -796,7 +796,9 @@ class QueueService:
             level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             name = consumer_name(iq.sender)
             consumer = self._receiver(request.node, name, count, is_queue=is_queue)
-            existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
+            existing = Subscription(
+                iq.sender, request.node, count, consumer, request.jid, qos=level
+            )
             self._subscriptions.add(existing)
             self._records.add(iq.sender, request.node)
             # what it gave back is its own again to lock and unlock, the usual way
@@ -813,6 +815,7 @@ class QueueService:
             level = _qos_level(given.get(QOS_LEVEL, existing.qos.value))
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
+        existing.named = request.jid  # the answer names what this subscribe named
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
 
     def _tell_sys(self, jid: str, node: str) -> None:
@@ -1315,11 +1318,14 @@ class QueueService:
         §8.8.4), else a client still connected would wait for items for ever. Not for one
         that left (unavailable presence, a bounce): nobody is there to hear it."""
         self._end(subscription, forget=forget)
-        self._send(self._subscription_none(subscription.jid, subscription.node))
+        self._send(self._subscription_none(subscription.jid, subscription.node, subscription.named))
 
-    def _subscription_none(self, jid: str, node: str) -> str:
+    def _subscription_none(self, jid: str, node: str, named: str | None = None) -> str:
+        """The notice that `jid`'s subscription to `node` ended, naming it as its subscribe
+        did (`named`); a subscription left by a crash, whose record keeps the full JID alone,
+        by its bare JID, as a subscribe without a jid is."""
         return render.event_subscription(
-            next(self._ids), self.domain, jid, node, bare(jid), consumer_name(jid), "none"
+            next(self._ids), self.domain, jid, node, named or bare(jid), consumer_name(jid), "none"
         )
 
     def _end(self, subscription: Subscription, *, forget: bool = True) -> None:
@@ -1358,7 +1364,7 @@ def _names_requester(jid: str, sender: str) -> bool:
 
 def _subscription_element(subscription: Subscription, state: str) -> str:
     return (
-        f"<subscription jid={_attr(bare(subscription.jid))} node={_attr(subscription.node)} "
+        f"<subscription jid={_attr(subscription.named)} node={_attr(subscription.node)} "
         f"subid={_attr(consumer_name(subscription.jid))} subscription='{state}'/>"
     )
 
