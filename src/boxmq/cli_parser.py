@@ -322,7 +322,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--xmpp-server",
-        type=types.address,
+        type=types.xmpp_server,
         metavar="HOST:PORT",
         help="its XEP-0114 port (default 127.0.0.1:5347)",
     )

@@ -149,27 +149,35 @@ def stanza_size_limit(text: str) -> int:
     return limit
 
 
-def address(text: str) -> tuple[str, int]:
+def address(text: str, *, port_example: int = 1883) -> tuple[str, int]:
+    """An MQTT listener's HOST:PORT; `port_example`: the port its errors' examples name."""
     host, colon, port = text.rpartition(":")
     unbracketed = ":" in host and not (host.startswith("[") and host.endswith("]"))
-    if unbracketed and (error := _unbracketed(text, host)):
+    if unbracketed and (error := _unbracketed(text, host, port_example)):
         # `::1` was read as host ':' and port 1, which then did not resolve.
         raise argparse.ArgumentTypeError(error)
     # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
     if not colon or not (port.isascii() and port.isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:1883")
+        raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:{port_example}")
     if int(port) > 65535:  # as the file's port says, rather than a format that was right
         raise argparse.ArgumentTypeError(f"{text!r}: port {port} is out of range: use 0 to 65535")
     if utf8_size(host) is None:  # a lone surrogate, which asyncio's resolver raised on
         raise argparse.ArgumentTypeError(
-            f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:1883"
+            f"{text!r}: the host is not valid Unicode: use HOST:PORT, e.g. 127.0.0.1:{port_example}"
         )
     if not is_host_name(host.strip("[]")):  # the XMPP component logged a traceback per retry
         raise argparse.ArgumentTypeError(f"{text!r}: the host is no host name: {HOST_NAME_RULE}")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _unbracketed(text: str, host: str) -> str:
+def xmpp_server(text: str) -> tuple[str, int]:
+    """--xmpp-server: an `address` whose examples name XEP-0114's port. They named MQTT's,
+    1883, where serve's own listener may be: a component sent there connects, and no XMPP
+    stream ever answers it."""
+    return address(text, port_example=5347)
+
+
+def _unbracketed(text: str, host: str, port_example: int) -> str:
     """The error for an IPv6 address without brackets whose part before the last colon is
     no address (`::1` is host ':' and port 1; `::1:1883` is [::1]:1883, as it always was),
     with what to write instead, "" when there is none."""
@@ -183,7 +191,10 @@ def _unbracketed(text: str, host: str) -> str:
 
     if ipv6(host):
         return ""
-    instead = f"[{text}]:PORT, e.g. [{text}]:1883" if ipv6(text) else "[IPV6]:PORT, e.g. [::1]:1883"
+    if ipv6(text):
+        instead = f"[{text}]:PORT, e.g. [{text}]:{port_example}"
+    else:
+        instead = f"[IPV6]:PORT, e.g. [::1]:{port_example}"
     return f"{text!r}: an IPv6 address goes in brackets before the port: write {instead}"
 
 

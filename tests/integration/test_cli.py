@@ -2214,6 +2214,21 @@ _LONG_LABEL = "--xmpp-server=" + "a" * 64 + ":5347"  # a host part over 63 chara
             ("serve", "--no-mqtt", "--xmpp-component=x", "--xmpp-secret=s", "--xmpp-server=::1"),
             "'::1': an IPv6 address goes in brackets before the port",
         ),
+        # The XMPP server's examples named MQTT's port, where serve's own listener may be
+        (
+            ("serve", "--no-mqtt", "--xmpp-component=x", "--xmpp-secret=s", "--xmpp-server=a"),
+            "'a': use HOST:PORT, e.g. 127.0.0.1:5347",
+        ),
+        (
+            (
+                "serve",
+                "--no-mqtt",
+                "--xmpp-component=x",
+                "--xmpp-secret=s",
+                "--xmpp-server=fe80::1",
+            ),
+            "write [fe80::1]:PORT, e.g. [fe80::1]:5347",
+        ),
     ],
 )
 def test_durations_and_limits_out_of_range_are_usage_errors(

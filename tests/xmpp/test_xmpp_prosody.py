@@ -18,11 +18,13 @@ from tests.waiting import until_async
 from tests.xmpp.clients import component
 
 import boxmq
+from boxmq.core import ExactlyOnceLimits
 from boxmq.xmpp import ns
 
 SCENARIO_SECONDS = 60
 UNEXPECTED = "{urn:ietf:params:xml:ns:xmpp-stanzas}unexpected-request"
 ITEM_NOT_FOUND = "{urn:ietf:params:xml:ns:xmpp-stanzas}item-not-found"
+BAD_REQUEST = "{urn:ietf:params:xml:ns:xmpp-stanzas}bad-request"
 
 
 def run(scenario: Coroutine[Any, Any, None]) -> None:
@@ -223,6 +225,86 @@ def test_a_subscriber_may_write_its_jid_in_capitals(prosody: Prosody, box: boxmq
             reply = await alice.request(unsubscribe)
             assert reply.get("type") == "result", ET.tostring(reply)
             assert box.queue("jobs").counts().locked == 0  # given back at the unsubscribe
+
+    run(scenario())
+
+
+def test_a_resource_neither_subscribes_nor_unsubscribes_another_resource_of_its_user(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # A subscription here is the requester's full JID's, its events sent there and ended by
+    # its presence. alice@localhost/r's subscribe naming alice@localhost/phone was answered
+    # 'subscribed' and subscribed alice@localhost/r; its unsubscribe naming /phone ended its
+    # own subscription, and /phone's went on. Now each is refused, as for another user's JID.
+    invalid_jid = f"{{{ns.PUBSUB_ERRORS}}}invalid-jid"
+    forbidden = "{urn:ietf:params:xml:ns:xmpp-stanzas}forbidden"
+
+    def subscribe(jid: str) -> str:
+        return (
+            f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='{jid}'/><options>"
+            "<x xmlns='jabber:x:data' type='submit'>"
+            "<field var='pubsub#queue_requests'><value>1</value></field></x></options></pubsub>"
+        )
+
+    def unsubscribe(jid: str) -> str:
+        return f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='{jid}'/></pubsub>"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            phone = Client(prosody, "alice", "phone")
+            await phone.start()
+            try:
+                own = await phone.request(subscribe("alice@localhost/phone"))
+                assert own.get("type") == "result", ET.tostring(own)
+                other = await alice.request(subscribe("alice@localhost/phone"))
+                assert other.find(f".//{invalid_jid}") is not None, ET.tostring(other)
+                listed = await alice.request(
+                    f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", type="get"
+                )
+                assert listed.find(f".//{{{PS}}}subscription") is None, ET.tostring(listed)
+                ended = await alice.request(unsubscribe("alice@localhost/phone"))
+                assert ended.find(f".//{forbidden}") is not None, ET.tostring(ended)
+                item = await carol.publish("<job xmlns='urn:example'/>")
+                assert (await phone.next_event()).item == item  # still subscribed
+                mine = await phone.request(unsubscribe("alice@localhost/phone"))
+                assert mine.get("type") == "result", ET.tostring(mine)
+            finally:
+                phone.disconnect(wait=0.5)
+
+    run(scenario())
+
+
+def test_a_subscription_made_with_the_full_jid_is_named_so(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # XEP-0060 §6.1.2: the result's <subscription/> carries the JID subscribed. One made with
+    # the sender's own full JID was answered, listed and ended with its bare JID.
+    full = "alice@localhost/phone"
+    subscribe = (
+        f"<pubsub xmlns='{PS}'><subscribe node='jobs' jid='{full}'/><options>"
+        "<x xmlns='jabber:x:data' type='submit'>"
+        "<field var='pubsub#queue_requests'><value>1</value></field></x></options></pubsub>"
+    )
+
+    def jids(reply: ET.Element) -> list[str | None]:
+        assert reply.get("type") == "result", ET.tostring(reply)
+        return [s.get("jid") for s in reply.iter(f"{{{PS}}}subscription")]
+
+    async def scenario() -> None:
+        phone = Client(prosody, "alice", "phone")
+        await phone.start()
+        try:
+            async with component(prosody, box):
+                assert jids(await phone.request(subscribe)) == [full]
+                listed = await phone.request(
+                    f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", type="get"
+                )
+                assert jids(listed) == [full]
+            ended = await _subscription_ended(phone)  # told at the component's stop
+            assert ended.get("jid") == full
+        finally:
+            phone.disconnect(wait=0.5)
 
     run(scenario())
 
@@ -642,6 +724,70 @@ def test_qos_messages_to_a_topic_node_no_subscription_matches_are_answered_and_d
     assert kept == []  # dropped: no subscription matched
 
 
+def test_a_message_to_a_node_named_with_xep_0106_escapes_reaches_that_node(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # A JID's local part cannot hold a `/` or a space (RFC 7622 §3.3.1), so a topic node
+    # `sensors/1` or a queue `night jobs` can only be written `sensors\2f1@...` and
+    # `night\20jobs@...` (XEP-0106). The escapes were taken as written: the messages went to
+    # a topic `sensors\2f1` nobody subscribed to, answered `result` and dropped, and to a
+    # topic `night\20jobs`, not the queue.
+    box.queue("night jobs")
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            await alice.subscribe(5, "sensors/1")
+            for iq_id, to in (("s", rf"sensors\2f1@{SERVICE}"), ("n", rf"night\20jobs@{SERVICE}")):
+                acknowledged = await _raw_request(
+                    carol,
+                    iq_id,
+                    f"<acknowledged xmlns='{ns.QOS}'><message xmlns='jabber:client'>"
+                    f"<body>{iq_id}</body></message></acknowledged>",
+                    to,
+                )
+                assert (acknowledged.get("type"), len(acknowledged)) == ("result", 0)
+            carol.send_raw(rf"<message to='sensors\2f1@{SERVICE}' id='p'><body>p</body></message>")
+            got = [await alice.next_event() for _ in range(2)]
+            bodies = [
+                e.payload.findtext("{jabber:client}body") for e in got if e.payload is not None
+            ]
+            assert bodies == ["s", "p"]
+
+    run(scenario())
+    assert box.queue("night jobs").counts().ready == 1
+
+
+def test_an_assured_message_over_max_message_size_is_not_to_be_retried(
+    prosody: Prosody, tmp_path: Path
+) -> None:
+    # Over ExactlyOnceLimits.max_message_size it was answered `wait` resource-constraint,
+    # which tells a client to send it again later (RFC 6120 §8.3.2), to be refused again: it is
+    # `modify` not-acceptable + payload-too-big, as a publish too big for an item is.
+    limits = ExactlyOnceLimits(max_message_size=200)
+    payload_too_big = f"{{{ns.PUBSUB_ERRORS}}}payload-too-big"
+
+    async def scenario(box: boxmq.Box) -> None:
+        async with component(prosody, box), clients(prosody, "carol") as [carol]:
+            refused = await _raw_request(
+                carol,
+                "s1",
+                f"<assured xmlns='{ns.QOS}' msgId='m1'><message xmlns='jabber:client'>"
+                f"<body>{'x' * 300}</body></message></assured>",
+                f"jobs@{SERVICE}",
+            )
+            error = refused.find("{jabber:client}error")
+            assert error is not None, ET.tostring(refused)
+            assert error.get("type") == "modify", ET.tostring(refused)
+            assert error.find(f"{{{ns.STANZAS}}}not-acceptable") is not None, ET.tostring(refused)
+            assert error.find(payload_too_big) is not None, ET.tostring(refused)
+
+    with boxmq.open(tmp_path / "data", fsync="never", exactly_once=limits) as box:
+        box.queue("jobs")
+        run(scenario(box))
+        assert box.queue("jobs").counts().ready == 0
+
+
 async def _raw_reply(user: Client, xml: str, iq_id: str, *, wait: float) -> ET.Element | None:
     """Send `xml` as written (slixmpp would escape each `'` or `>`: the test sends what any
     client may), then the answer to iq `iq_id`; None if none came within `wait` s
@@ -697,6 +843,118 @@ def test_an_answer_past_the_servers_stanza_limit_is_never_sent(
             assert running.connected.is_set()
 
     run(scenario())
+
+
+def test_a_payload_nested_deeper_than_pythons_recursion_limit_is_stored_and_delivered(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # A payload of 2,000 nested elements is 14 kB, well within a client's stanza limit, and
+    # the server passes it on; the component's writer called itself once per level, so the
+    # publish raised RecursionError, and so did its error's echo of the request: the
+    # component's stream ended at each (everyone's notifications in flight with it), nothing
+    # stored, no answer. Any iq echoed in an error did the same (a get in a namespace not
+    # served). Now it is stored, answered and delivered like any other payload.
+    depth = 2000
+    nested = "<a xmlns='urn:deep'>" + "<a>" * depth + "x" + "</a>" * depth + "</a>"
+    publish = f"<pubsub xmlns='{PS}'><publish node='jobs'><item>{nested}</item></publish></pubsub>"
+    unserved = nested.replace("urn:deep", "urn:unserved")
+
+    async def scenario() -> None:
+        async with (
+            component(prosody, box) as running,
+            clients(prosody, "alice", "carol") as [alice, carol],
+        ):
+            dropped: list[object] = []
+            running.add_event_handler("disconnected", dropped.append)
+            await alice.subscribe(1)
+            # as text: slixmpp's own writer, which calls itself per level too, cannot send it
+            sent = f"<iq type='set' id='deep' to='{SERVICE}'>{publish}</iq>"
+            published = await _raw_reply(carol, sent, "deep", wait=10.0)
+            assert published is not None, "no answer to the publish"
+            assert published.get("type") == "result", ET.tostring(published)[:300]
+            item = published.find(f".//{{{PS}}}item").get("id", "")  # type: ignore[union-attr]
+            event = await alice.next_event()
+            assert (event.what, event.item) == ("item", item)
+            assert event.payload is not None
+            assert len(list(event.payload.iter("{urn:deep}a"))) == depth + 1
+            assert (await alice.retract(item)).get("type") == "result"
+            sent = f"<iq type='get' id='deep-get' to='{SERVICE}'>{unserved}</iq>"
+            refused = await _raw_reply(carol, sent, "deep-get", wait=10.0)
+            assert refused is not None, "no answer to the get"
+            unavailable = "{urn:ietf:params:xml:ns:xmpp-stanzas}service-unavailable"
+            assert refused.find(f".//{unavailable}") is not None, ET.tostring(refused)[:300]
+            assert dropped == []  # the component's stream was never ended
+
+    run(scenario())
+
+
+def test_a_payload_that_would_grow_past_the_limit_of_an_item_is_refused_not_stored(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # 200,000 quotes in a payload's text are 200 kB from the client, within its 256 KiB, and
+    # 1.2 MB as the XML stored for them (`&apos;`): the publish, and an <acknowledged/>
+    # message, were answered `result`, and the item moved to error/ at its first delivery,
+    # over the component's stanza limit, its subscriber sent nothing. Now both are refused
+    # as XEP-0060 §7.1.3.4 says, payload-too-big, and nothing is stored.
+    quotes = "<t xmlns='urn:q'>" + "'" * 200_000 + "</t>"
+    publish = f"<pubsub xmlns='{PS}'><publish node='jobs'><item>{quotes}</item></publish></pubsub>"
+    acknowledged = (
+        f"<qos:acknowledged xmlns:qos='{ns.QOS}'><message>{quotes}</message></qos:acknowledged>"
+    )
+    too_big = f"{{{ns.PUBSUB_ERRORS}}}payload-too-big"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            await alice.subscribe(1)
+            for iq_id, to, inner in (
+                ("quotes", SERVICE, publish),
+                ("quotes-ack", f"jobs@{SERVICE}", acknowledged),
+            ):
+                sent = f"<iq type='set' id='{iq_id}' to='{to}'>{inner}</iq>"
+                refused = await _raw_reply(carol, sent, iq_id, wait=10.0)
+                assert refused is not None, f"no answer to {iq_id}"
+                assert refused.find(f".//{too_big}") is not None, ET.tostring(refused)[:300]
+            item = await carol.publish("<t xmlns='urn:q'>fits</t>")
+            assert (await alice.next_event()).item == item  # the first item she was sent
+
+    run(scenario())
+    counts = box.queue("jobs").counts()
+    assert (counts.ready + counts.locked, counts.dead) == (1, 0)
+
+
+def test_text_beside_a_payload_is_refused_and_white_space_around_it_dropped(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # The payload's tail was stored with it: `<x xmlns="urn:x" />text` is no one element,
+    # so its subscriber was sent it as text, <text xmlns='urn:boxmq:0'>&lt;x ...</text>, and
+    # never the element published; text before the payload was dropped without a word.
+    invalid_payload = f"{{{ns.PUBSUB_ERRORS}}}invalid-payload"
+
+    def publish(item: str) -> str:
+        return f"<pubsub xmlns='{PS}'><publish node='jobs'><item>{item}</item></publish></pubsub>"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as users:
+            alice, carol = users
+            for beside in ("<x xmlns='urn:x'/>after", "before<x xmlns='urn:x'/>"):
+                refused = await carol.request(publish(beside))
+                assert refused.find(f".//{invalid_payload}") is not None, ET.tostring(refused)
+                # beside an <acknowledged/> message, "and nothing else": it went the same way
+                message = beside.replace("x xmlns='urn:x'/", "message xmlns='jabber:client'/")
+                acknowledged = f"<acknowledged xmlns='{ns.QOS}'>{message}</acknowledged>"
+                refused = await carol.request(acknowledged, to=f"jobs@{SERVICE}")
+                assert refused.find(f".//{BAD_REQUEST}") is not None, ET.tostring(refused)
+            pretty = await carol.request(publish("\n  <x xmlns='urn:x'>1</x>\n"))
+            assert pretty.get("type") == "result", ET.tostring(pretty)
+            await alice.subscribe(1)
+            event = await alice.next_event()
+            assert event.payload is not None
+            assert (event.payload.tag, event.payload.text) == ("{urn:x}x", "1")
+
+    run(scenario())
+    [stored] = [path.read_bytes() for path in Path(box.root, "jobs").glob("*/*")]
+    assert stored == b'<x xmlns="urn:x">1</x>'
 
 
 def test_disco_items_of_a_thousand_long_queue_names_are_cut_to_fit(

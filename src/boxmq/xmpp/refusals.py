@@ -3,10 +3,10 @@
 urn:xmpp:qos, Memory attacks: "Whenever invalid use of the assured messaging service is
 detected, wether it be from untrusted sources or spam, an event should be logged ... so that
 the source of the error can be found and appropriate counter measures taken." Each refusal is
-answered (not-allowed, resource-constraint); this names its sender in the log: its first
-refusal at once, then at most one line a minute, which counts the ones passed over since, so
-that a sender flooding the service cannot flood the log too (core/refusal_lines.py, which
-the MQTT door's QoS 2 refusals share).
+answered (not-allowed, resource-constraint, not-acceptable for one over max_message_size); this
+names its sender in the log: its first refusal at once, then at most one line a minute, which
+counts the ones passed over since, so that a sender flooding the service cannot flood the log
+too (core/refusal_lines.py, which the MQTT door's QoS 2 refusals share).
 """
 
 from __future__ import annotations

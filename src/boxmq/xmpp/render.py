@@ -69,13 +69,43 @@ def xml_of(element: Element) -> str:
     in no namespace says so (xmlns=""), unlike `tostring`: its text goes inside a stanza's
     <item/>, where `<x />` is in the namespace of pubsub#event, so a published
     `<x xmlns=''/>` reached its subscribers as another element."""
-    return _written(element, None)
+    if not len(element):  # the usual payload: one element, no stack to keep
+        return _leaf(element, None)
+    out: list[str] = []
+    # From a stack, not by a call per level: a payload of 2,000 nested elements (14 kB, which
+    # the server passes on) raised RecursionError, in the publish and again in its error's
+    # echo of it, and the component's stream ended at each.
+    todo: list[tuple[Element, str | None] | str] = [(element, None)]
+    while todo:
+        step = todo.pop()
+        if isinstance(step, str):  # an end tag, and the tail of its element
+            out.append(step)
+            continue
+        written, outer = step
+        if not len(written):
+            out.append(_leaf(written, outer))
+            continue
+        start, namespace, name = _start_tag(written, outer)
+        text, tail = written.text, written.tail
+        out.append(f"{start}>{_escape_text(text)}" if text else f"{start}>")
+        todo.append(f"</{name}>{_escape_text(tail)}" if tail else f"</{name}>")
+        todo.extend((child, namespace) for child in reversed(written))
+    return "".join(out)
+
+
+def _leaf(element: Element, outer: str | None) -> str:
+    """An element without children, its tail after it; `outer`: the namespace around it."""
+    start, _, name = _start_tag(element, outer)
+    text, tail = element.text, element.tail
+    out = f"{start}>{_escape_text(text)}</{name}>" if text else f"{start} />"
+    return out + _escape_text(tail) if tail else out
 
 
 XML_NAMESPACE = "http://www.w3.org/XML/1998/namespace"
 
 
-def _written(element: Element, outer: str | None) -> str:
+def _start_tag(element: Element, outer: str | None) -> tuple[str, str, str]:
+    """The start tag of `element` without its closing `>`, its namespace and its name."""
     tag = element.tag
     namespace, _, name = tag[1:].rpartition("}") if tag[:1] == "{" else ("", "", tag)
     out = f"<{name}"
@@ -94,13 +124,7 @@ def _written(element: Element, outer: str | None) -> str:
                     out += f' xmlns:{prefix}="{_namespace(key_namespace)}"'
                 key = f"{prefixes[key_namespace]}:{key}"
         out += f' {key}="{_escape_attribute(value)}"'
-    text, tail = element.text, element.tail
-    if len(element):
-        inside = "".join(_written(child, namespace) for child in element)
-        out += f">{_escape_text(text) if text else ''}{inside}</{name}>"
-    else:
-        out += f">{_escape_text(text)}</{name}>" if text else " />"
-    return out + _escape_text(tail) if tail else out
+    return out, namespace, name
 
 
 def _escape_text(text: str) -> str:

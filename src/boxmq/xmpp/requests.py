@@ -17,7 +17,7 @@ from xml.etree.ElementTree import Element
 from boxmq.xmpp import ns
 from boxmq.xmpp.conditions import INVALID_JID, INVALID_OPTIONS, NOT_ACCEPTABLE, Condition
 from boxmq.xmpp.errors import StanzaError
-from boxmq.xmpp.forms import FormError, SeveralValues, submitted
+from boxmq.xmpp.forms import FormError, SeveralValues, submitted, without_blanks
 from boxmq.xmpp.jids import normal
 from boxmq.xmpp.subscribe_options import refuse_unserved, refuse_unserved_values
 
@@ -405,7 +405,22 @@ def _publish(verb: Element) -> Publish:
         raise StanzaError(BAD_REQUEST, "publish one <item/> per request, and nothing beside it")
     if len(item) > 1:  # XEP-0060 §7.1.3.5
         raise StanzaError(_INVALID_PAYLOAD, "an item carries one payload element")
-    return Publish(node, item.get("id"), item[0] if len(item) else None)
+    if not len(item):
+        return Publish(node, item.get("id"), None)
+    if not _alone(item):
+        raise StanzaError(_INVALID_PAYLOAD, "an item carries its payload element and no text")
+    return Publish(node, item.get("id"), item[0])
+
+
+def _alone(parent: Element) -> bool:
+    """Whether the one child of `parent` has nothing beside it but XML's blanks, which a
+    pretty-printed request has, and which are then dropped. Text beside it was stored as
+    its tail, `<x/>text`, no one element: sent to subscribers as text, never the element."""
+    child = parent[0]
+    if without_blanks(parent.text or "") or without_blanks(child.tail or ""):
+        return False
+    child.tail = None
+    return True
 
 
 def _owner(iq: Iq, pubsub: Element) -> Request:
@@ -431,7 +446,7 @@ def _qos(child: Element) -> Request:
     # The schema's EmbeddedMessage: exactly one jabber:client <message/> (written in the
     # stream's namespace when it inherits it). Taking the first and dropping the rest lost
     # a second message its sender was told had been received.
-    if len(child) != 1 or child[0].tag not in _EMBEDDED_MESSAGE:
+    if len(child) != 1 or child[0].tag not in _EMBEDDED_MESSAGE or not _alone(child):
         raise StanzaError(BAD_REQUEST, f"<{name}/> carries one <message/> and nothing else")
     message = _as_a_client_wrote_it(child[0])
     if name == "acknowledged":

@@ -86,6 +86,7 @@ from boxmq.xmpp.requests import (
     RetrieveAffiliations,
     RetrieveSubscriptions,
     Subscribe,
+    Unacknowledged,
     Unlock,
     Unsubscribe,
     bare,
@@ -146,6 +147,9 @@ _NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 # A result that would pass the stanza size limit: what it says cannot be cut (_send_answer)
 _ANSWER_TOO_BIG: Final = Condition("cancel", "resource-constraint")
+# The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
+# them (`1796221183759915-7586788408`), with room to spare.
+_ITEM_AROUND: Final = 100
 # Characters of an error's text kept when even the error without its echo would not fit: at
 # most 6 bytes each escaped, well within the room ENVELOPE leaves beside the iq's envelope.
 _TEXT_KEPT: Final = 1000
@@ -198,8 +202,8 @@ class QueueService:
         self._next_deleted_check = 0.0
         self._closed = False  # stopping: see iq
         # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
-        # item leaves room for its event's envelope; with Prosody's default a body of up to
-        # 256 KiB, what a client can publish, always fits.
+        # item leaves room for its event's envelope. What a client sends within its own limit
+        # (256 KiB) may not fit once stored as XML: _storable.
         self._stanza_size_limit = stanza_size_limit
         self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
         self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
@@ -244,7 +248,23 @@ class QueueService:
         refused = self._refusal(sent, "answering %.80s from %s", iq.id, iq.sender)
         if refused is not None:
             condition, text, inner = refused
-            self._send_error(iq, condition, text=text, inner=inner)
+            self._or_logged(
+                partial(self._send_error, iq, condition, text=text, inner=inner),
+                "%s to iq %.80s from %s not sent",
+                condition.name,
+                iq.id,
+                iq.sender,
+            )
+
+    def _or_logged(self, answer: Callable[[], None], unsent: str, *args: object) -> None:
+        """Send the answer to a refused stanza; if that fails too (a bug), its traceback is
+        logged (as `unsent % args`) and the stanza goes unanswered: raised, the failure left
+        the component's data handler, which ended its stream and every notification in
+        flight."""
+        try:
+            answer()
+        except Exception:
+            log.exception(unsent, *args)
 
     def _unanswerable(self, iq: Iq) -> bool:
         """Whether `iq` leaves no room for an answer: its id (and addresses), which every
@@ -377,12 +397,23 @@ class QueueService:
             node = _node_of(message.to)
             self._touched.add(node)
             body = _stamped(message.message, sender=message.sender, to=message.to)
-            self._put_on_node(node, body, message.sender)
+            self._put_on_node(node, self._storable(body), message.sender)
 
         refused = self._refusal(put, "storing a message from %s to %s", message.sender, message.to)
         if refused is None:
             return
         condition, text, _ = refused  # a message error echoes nothing: no payload
+        self._or_logged(
+            partial(self._refuse_message, message, condition, text),
+            "%s to message %.80s from %s not sent",
+            condition.name,
+            message.id,
+            message.sender,
+        )
+
+    def _refuse_message(self, message: Unacknowledged, condition: Condition, text: str) -> None:
+        """Answer a message refused, unless its type asks no answer or its error would not
+        fit in a stanza."""
         if message.type in _UNANSWERED:
             log.debug(
                 "%s message from %s to %s refused: %s",
@@ -620,11 +651,26 @@ class QueueService:
         if request.payload is None:
             raise StanzaError(_PAYLOAD_REQUIRED, "publish one <item/> with a payload")
         # The service assigns the item id: it is the boxmq message id (docs/xmpp.md).
-        body = render.xml_of(request.payload).encode()
+        body = self._storable(render.xml_of(request.payload).encode())
         if self._is_queue(request.node):
             self._puts.setdefault(request.node, []).append((iq, body))
             return None  # answered by flush(), once the batch is on disk
         return self._to_topic(iq, request.node, body)
+
+    def _storable(self, body: bytes) -> bytes:
+        """`body`, an item's payload as the XML stored for it, if an item can carry it to the
+        subscribers; else MessageTooLarge (XEP-0060 §7.1.3.4, payload-too-big). It grows on
+        its way in: a `'` a client writes as one byte is `&apos;`, so 200,000 of them, within
+        its 256 KiB, were stored as 1.2 MB, answered `result`, and moved to error/ at their
+        first delivery, never sent (_delivered)."""
+        room = self._max_item - _ITEM_AROUND
+        if len(body) > room:
+            raise MessageTooLarge(
+                f"the payload is {len(body)} bytes written as XML (a ' or \" in its text takes "
+                f"6, a > 4), over the {room} an item from this service may carry (the server's "
+                "component_stanza_size_limit, less room for the event around it): not stored"
+            )
+        return body
 
     def _to_topic(self, iq: Iq, node: str, body: bytes) -> str:
         """A publish to a topic: a copy for every matching subscription, MQTT's included."""
@@ -736,8 +782,8 @@ class QueueService:
         return deadline is not None and self._now() < deadline
 
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
-        if bare(request.jid) != bare(iq.sender):
-            raise StanzaError(INVALID_JID, "subscribe your own JID")
+        if not _names_requester(request.jid, iq.sender):
+            raise StanzaError(INVALID_JID, f"{iq.sender} may subscribe its own JID only")
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
         if existing is None:
@@ -750,7 +796,9 @@ class QueueService:
             level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             name = consumer_name(iq.sender)
             consumer = self._receiver(request.node, name, count, is_queue=is_queue)
-            existing = Subscription(iq.sender, request.node, count, consumer, qos=level)
+            existing = Subscription(
+                iq.sender, request.node, count, consumer, request.jid, qos=level
+            )
             self._subscriptions.add(existing)
             self._records.add(iq.sender, request.node)
             # what it gave back is its own again to lock and unlock, the usual way
@@ -767,6 +815,7 @@ class QueueService:
             level = _qos_level(given.get(QOS_LEVEL, existing.qos.value))
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
+        existing.named = request.jid  # the answer names what this subscribe named
         return render.result(iq, self._subscription_xml(existing, "subscribed"))
 
     def _tell_sys(self, jid: str, node: str) -> None:
@@ -896,7 +945,7 @@ class QueueService:
 
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
         """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
-        if bare(request.jid) != bare(iq.sender):  # XEP-0060 §6.2.3.3
+        if not _names_requester(request.jid, iq.sender):  # XEP-0060 §6.2.3.3
             raise StanzaError(_FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
         subscription = self._subscriptions.get(iq.sender, request.node)
         if subscription is None:
@@ -935,7 +984,7 @@ class QueueService:
             return render.result(iq)
         node = _node_of(iq.to)
         self._touched.add(node)
-        body = _stamped(request.message, sender=iq.sender, to=iq.to)
+        body = self._storable(_stamped(request.message, sender=iq.sender, to=iq.to))
         if isinstance(request, QosAcknowledged):
             self._put_on_node(node, body, iq.sender)
             return render.result(iq)
@@ -958,11 +1007,10 @@ class QueueService:
             )
         except SendersNameTooLong as error:  # said in assured()'s words: source, msg_id
             raise MetadataTooLong(error.said(_ASSURED_WORDS)) from error
-        except MessageTooLarge as error:
-            # urn:xmpp:qos, Memory attacks: what the receiver cannot hold is resource-constraint
-            self._refusals.refused(iq.sender, "resource-constraint", str(error), now=self._now())
-            raise ResourceConstraint(str(error)) from error
-        except (NotAllowed, ResourceConstraint) as error:
+        except (MessageTooLarge, NotAllowed, ResourceConstraint) as error:
+            # urn:xmpp:qos, Memory attacks: each logged. Over max_message_size is
+            # payload-too-big, of type modify as the publish's (RFC 6120 §8.3.2: waiting
+            # cannot help); the pending limits, which waiting can, resource-constraint.
             name = condition_for(error).name
             self._refusals.refused(iq.sender, name, str(error), now=self._now())
             raise
@@ -1270,11 +1318,14 @@ class QueueService:
         §8.8.4), else a client still connected would wait for items for ever. Not for one
         that left (unavailable presence, a bounce): nobody is there to hear it."""
         self._end(subscription, forget=forget)
-        self._send(self._subscription_none(subscription.jid, subscription.node))
+        self._send(self._subscription_none(subscription.jid, subscription.node, subscription.named))
 
-    def _subscription_none(self, jid: str, node: str) -> str:
+    def _subscription_none(self, jid: str, node: str, named: str | None = None) -> str:
+        """The notice that `jid`'s subscription to `node` ended, naming it as its subscribe
+        did (`named`); a subscription left by a crash, whose record keeps the full JID alone,
+        by its bare JID, as a subscribe without a jid is."""
         return render.event_subscription(
-            next(self._ids), self.domain, jid, node, bare(jid), consumer_name(jid), "none"
+            next(self._ids), self.domain, jid, node, named or bare(jid), consumer_name(jid), "none"
         )
 
     def _end(self, subscription: Subscription, *, forget: bool = True) -> None:
@@ -1303,9 +1354,17 @@ def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     return type(error)(error.message_id, detail)
 
 
+def _names_requester(jid: str, sender: str) -> bool:
+    """Whether a subscribe's or unsubscribe's `jid` names its sender: its bare JID, or its
+    own full JID. XEP-0060 §6.1.3.1 asks a service to compare the bare JIDs "at a minimum";
+    a subscription here is the sending resource's, so another resource of the same user
+    would have been answered for and the sender subscribed (or unsubscribed) instead."""
+    return jid in (bare(sender), sender)
+
+
 def _subscription_element(subscription: Subscription, state: str) -> str:
     return (
-        f"<subscription jid={_attr(bare(subscription.jid))} node={_attr(subscription.node)} "
+        f"<subscription jid={_attr(subscription.named)} node={_attr(subscription.node)} "
         f"subid={_attr(consumer_name(subscription.jid))} subscription='{state}'/>"
     )
 
@@ -1357,12 +1416,19 @@ def _qos_level(written: str) -> Level:
         raise StanzaError(INVALID_OPTIONS, f"{QOS_LEVEL}: {error}") from None
 
 
+# XEP-0106 §4.2: the characters a JID's local part cannot hold, each a `\` and two hex digits
+_JID_ESCAPE: Final = re.compile(r"\\(20|22|26|27|2f|3a|3c|3e|40|5c)")
+
+
 def _node_of(to: str) -> str:
-    """A QoS-wrapped message goes to the queue named by the local part of its address."""
+    """A QoS-wrapped message goes to the queue named by the local part of its address, with
+    XEP-0106's escapes taken out: a local part cannot hold a `/` or a space (RFC 7622), so a
+    node `sensors/1` is written `sensors\\2f1`. Taken as written, it went to a topic of
+    that name, which nobody subscribes to, and was dropped."""
     local, at, _ = to.partition("@")
     if not at or not local:
         raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
-    return local
+    return _JID_ESCAPE.sub(lambda escape: chr(int(escape[1], 16)), local)
 
 
 def _stamped(message: Element, *, sender: str, to: str) -> bytes:

@@ -45,6 +45,9 @@ class Subscription:
     node: str
     queue_requests: int
     consumer: Receiver  # a queue consumer, or a topic share-group member
+    # The JID its last subscribe named, `jid` or its bare JID, which the answers and notices
+    # about it name (XEP-0060 §6.1.2: the JID subscribed, as XEP-0254's Listing 3 echoes it)
+    named: str
     qos: Level = Level.UNACKNOWLEDGED  # how its items are sent (urn:xmpp:qos)
     held: dict[str, Message] = field(default_factory=dict)  # item id -> its locked delivery
     closed: bool = False

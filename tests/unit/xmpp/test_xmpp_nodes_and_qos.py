@@ -1440,14 +1440,28 @@ def test_refused_exactly_once_messages_are_logged_naming_their_sender(
     assert lines[2].endswith("(2 more since the last line)")
 
 
-def test_an_oversized_assured_message_is_resource_constraint(tmp_path: Path) -> None:
+def test_an_oversized_assured_message_is_payload_too_big_not_to_be_retried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It was `wait` resource-constraint, which tells the sender to retry after waiting
+    # (RFC 6120 §8.3.2), though the same message is refused again whenever it comes: it is
+    # `modify` not-acceptable + payload-too-big, as a publish, a plain and an <acknowledged/>
+    # message too big for an item are. The pending limits keep resource-constraint.
     limits = ExactlyOnceLimits(max_message_size=50)
-    with boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box:
+    with (
+        boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box,
+        caplog.at_level(logging.WARNING, logger="boxmq.xmpp"),
+    ):
         wire = Wire(box)
         wire.create()
         reply = wire.iq(CAROL, _wrapped("assured", "a", "x" * 200), to=NODE_AT)
-        assert condition(reply) == ("wait", "resource-constraint")  # urn:xmpp:qos, memory
+        assert condition(reply) == ("modify", "not-acceptable")
+        assert reply.find(f".//{{{ns.PUBSUB_ERRORS}}}payload-too-big") is not None
+        assert "max_message_size (50)" in error_text(reply)
+        assert box.intake.destination(CAROL, "a") is None  # nothing held for a deliver
         wire.service.close()
+    [line] = logged(caplog, "refused")  # urn:xmpp:qos, memory attacks: still logged
+    assert f"from {CAROL} refused, not-acceptable: " in line
 
 
 def test_a_pubsub_request_without_a_node_is_nodeid_required(wire: Wire) -> None:

@@ -1013,6 +1013,39 @@ def test_a_subscriber_retrieves_its_subscriptions_all_or_of_one_node(
     assert ns.PUBSUB + "#retrieve-subscriptions" in features
 
 
+def test_the_subscription_names_the_jid_its_subscribe_named(wire: Wire, box: boxmq.Box) -> None:
+    # XEP-0060 §6.1.2 and XEP-0254's Listing 3: the <subscription/> of a subscribe's result
+    # carries the JID subscribed, as the request named it. One made with the sender's own full
+    # JID was answered, listed and ended with its bare JID, which another resource shares.
+    box.queue("mail")
+    options = (
+        f"<options><x xmlns='{ns.DATA}' type='submit'><field var='pubsub#queue_requests'>"
+        "<value>1</value></field></x></options>"
+    )
+
+    def subscribe(jid: str, node: str) -> ET.Element:
+        return wire.iq(
+            ALICE, f"<pubsub xmlns='{PS}'><subscribe node='{node}' jid='{jid}'/>{options}</pubsub>"
+        )
+
+    def jids(reply: ET.Element) -> list[str | None]:
+        assert reply.get("type") == "result", ET.tostring(reply)
+        return [s.get("jid") for s in reply.iter(f"{{{PS}}}subscription")]
+
+    assert jids(subscribe(ALICE, "jobs")) == [ALICE]
+    assert jids(subscribe("alice@localhost", "mail")) == ["alice@localhost"]
+    listed = wire.iq(ALICE, f"<pubsub xmlns='{PS}'><subscriptions/></pubsub>", type="get")
+    assert jids(listed) == [ALICE, "alice@localhost"]  # jobs, then mail
+    assert jids(subscribe(ALICE, "mail")) == [ALICE]  # subscribed again: as it names it now
+    wire.take()
+    wire.service.close()  # each told its subscription ended (XEP-0060 §8.8.4), in those words
+    ended = [s for stanza in wire.take() for s in stanza.iter(f"{{{ns.PUBSUB_EVENT}}}subscription")]
+    assert {(s.get("node"), s.get("jid"), s.get("subscription")) for s in ended} == {
+        ("jobs", ALICE, "none"),
+        ("mail", ALICE, "none"),
+    }
+
+
 def _publish_with_options(wire: Wire, fields: str) -> ET.Element:
     return wire.iq(
         CAROL,

@@ -84,6 +84,20 @@ def _shape(element: ET.Element) -> object:
     return tag, element.attrib, element.text or "", element.tail or "", children
 
 
+def test_a_payload_nested_past_pythons_recursion_limit_is_written_whole() -> None:
+    # Written by a call per level, 2,000 levels raised RecursionError, which ended the
+    # component's stream (tests/xmpp: the publish of one through Prosody)
+    depth = 5000
+    text = "<a xmlns='urn:deep'>" + "<b xmlns='urn:b' x='1'>t" * depth + "</b>tail" * depth
+    element = ET.fromstring(text + "</a>")
+    again = ET.fromstring(render.xml_of(element))
+    assert [_flat(e) for e in again.iter()] == [_flat(e) for e in element.iter()]
+
+
+def _flat(element: ET.Element) -> object:
+    return element.tag, element.attrib, element.text, element.tail, len(element)
+
+
 @given(_elements(odd=False))
 def test_the_usual_payload_is_written_as_slixmpp_wrote_it(element: ET.Element) -> None:
     # the text stored for a payload as it always was, where slixmpp's writer kept it whole

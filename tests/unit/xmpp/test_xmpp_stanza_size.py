@@ -10,6 +10,7 @@ client sends can grow on the way back: a `'` it writes as one byte the echo writ
 from __future__ import annotations
 
 import logging
+from dataclasses import astuple
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -62,6 +63,40 @@ def test_an_error_whose_echo_would_pass_the_stanza_limit_is_sent_without_it(wire
     )
     assert condition(reply) == ("cancel", "service-unavailable")
     assert reply.findtext("{urn:e}big") == "''"
+
+
+_QUOTES = "'" * 200_000  # 200 kB sent, within a client's 256 KiB; 1.2 MB stored as `&apos;`
+_GROWING = {
+    "publish": f"<pubsub xmlns='{PS}'><publish node='jobs'><item>"
+    f"<t xmlns='urn:q'>{_QUOTES}</t></item></publish></pubsub>",
+    "acknowledged": f"<acknowledged xmlns='{ns.QOS}'>"
+    f"<message xmlns='jabber:client'><body>{_QUOTES}</body></message></acknowledged>",
+    "assured": f"<assured xmlns='{ns.QOS}' msgId='q1'>"
+    f"<message xmlns='jabber:client'><body>{_QUOTES}</body></message></assured>",
+}
+
+
+@pytest.mark.parametrize("inner", list(_GROWING.values()), ids=list(_GROWING))
+def test_a_payload_stored_past_the_limit_of_an_item_is_refused(
+    wire: Wire, box: boxmq.Box, inner: str
+) -> None:
+    # answered result, stored as 1.2 MB and moved to error/ at its first delivery, never sent
+    to = SERVICE if "pubsub" in inner else f"jobs@{SERVICE}"
+    reply = wire.iq(CAROL, inner, to=to)
+    assert condition(reply) == ("modify", "not-acceptable")
+    assert reply.find(f".//{{{ns.PUBSUB_ERRORS}}}payload-too-big") is not None
+    assert "1200" in error_text(reply)  # its size, in bytes
+    assert set(astuple(box.queue("jobs").counts())) == {0}  # nothing stored, in any folder
+
+
+def test_a_plain_message_stored_past_the_limit_of_an_item_is_refused(
+    wire: Wire, box: boxmq.Box
+) -> None:
+    body = f"<body>{_QUOTES}</body>"
+    [answer] = wire.message(f"<message from='{CAROL}' to='jobs@{SERVICE}' id='m1'>{body}</message>")
+    assert answer.get("type") == "error"
+    assert answer.find(f".//{{{ns.PUBSUB_ERRORS}}}payload-too-big") is not None
+    assert box.queue("jobs").counts().ready == 0
 
 
 def test_an_error_whose_text_too_would_pass_the_limit_is_sent_with_its_text_cut(
