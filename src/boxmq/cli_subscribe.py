@@ -74,8 +74,8 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
             ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
             output.err(
                 output.said(
-                    f"boxmq subscribe: reading the kept {what} {args.filter} of "
-                    f"{args.subscriber}; it stays after this run (`{ends}` ends it)"
+                    f"boxmq subscribe: reading the kept {what} {output.cell(args.filter)} of "
+                    f"{output.cell(args.subscriber)}; it stays after this run (`{ends}` ends it)"
                 ),
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle
@@ -298,7 +298,7 @@ def unsubscribe(args: argparse.Namespace, box: Box) -> int:
         )
     box.unsubscribe(args.filter, args.subscriber)
     record = {"subscription": args.filter, "subscriber": args.subscriber}
-    text = f"unsubscribed: {args.filter} {args.subscriber}"
+    text = f"unsubscribed: {output.cell(args.filter)} {output.cell(args.subscriber)}"
     output.emit(args, record, text)
     return 0
 
