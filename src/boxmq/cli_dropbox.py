@@ -9,6 +9,7 @@ import shlex
 
 from boxmq import cli_types as types
 from boxmq.client import Box, Queue
+from boxmq.core.topics import SHARE_PREFIX
 from boxmq.errors import QueueNotFound
 
 
@@ -38,7 +39,7 @@ def is_subscription(args: argparse.Namespace, box: Box) -> bool:
     is both a queue and a share group's ("$share/..." made a queue) is the queue."""
     if args.subscriber is not None:
         return True
-    return bool(args.queue.startswith("$share/") and args.queue not in box.queues())
+    return bool(args.queue.startswith(SHARE_PREFIX) and args.queue not in box.queues())
 
 
 def command_line(args: argparse.Namespace, command: str, *options: str) -> str:

@@ -131,14 +131,22 @@ def table(rows: list[dict[str, Any]]) -> None:
 _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)} | {0x0A: "\\n", 0x09: "\\t"}
 
 
+# Two blanks in a row, what a table puts between two columns: white space other than the
+# control characters (a tab, a newline), which are shown escaped (\t, \n).
+_COLUMN_GAP = re.compile(r"[^\S\x00-\x1f]{2}")
+
+
 def cell(value: object) -> str:
-    """A value on one line (a table cell, a line of `get`'s header): control characters (a
-    newline in a queue's name) escaped, and bytes that are not UTF-8 as \\xNN. One with a
-    blank at an end (a queue named ' ', 'jobs ') is quoted, as an error quotes a name: left
-    bare it was a row with no name, or two names alike; and so is one that starts with a
-    quote, which would read as quoted."""
+    """A value on one line (a table cell, a line of `get`'s header, a name in the line that
+    says what a command did): control characters (a newline in a queue's name) escaped, and
+    bytes that are not UTF-8 as \\xNN. One with a blank at an end (a queue named ' ',
+    'jobs ') is quoted, as an error quotes a name: left bare it was a row with no name, or
+    two names alike; so is one that starts with a quote, which would read as quoted, and one
+    holding two blanks in a row ('a  b'), which a table showed as two columns."""
     text = str(value)
-    if text and (text[0].isspace() or text[-1].isspace() or text[0] in "'\""):
+    if text and (
+        text[0].isspace() or text[-1].isspace() or text[0] in "'\"" or _COLUMN_GAP.search(text)
+    ):
         return said(repr(text))
     return shown(text).translate(_CONTROLS)
 

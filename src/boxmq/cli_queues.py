@@ -64,7 +64,7 @@ def peek(args: argparse.Namespace, box: Box) -> int:
     if args.json:
         output.out(output.to_json(rows))
     elif not rows:
-        output.out(output.said(f"{args.queue}: no messages in {args.state}/"))
+        output.out(output.said(f"{output.cell(args.queue)}: no messages in {args.state}/"))
     else:
         output.table(rows)
     return 0
@@ -130,7 +130,7 @@ def requeue(args: argparse.Namespace, box: Box) -> int:
     except KeyboardInterrupt:  # a long run of renames for a big folder, as purge's deletes
         _interrupted(args, queue, args.source, "back in target/ (requeue again to send them)")
         return 130
-    text = f"{args.queue}: {moved} message(s) from {args.source}/ back to target/"
+    text = f"{output.cell(args.queue)}: {moved} message(s) from {args.source}/ back to target/"
     if left:
         text += f"; {len(left)} left in {args.source}/ that can never be delivered (logged)"
     output.emit(args, {**cli_dropbox.named(args), "requeued": moved, "left": len(left)}, text)
@@ -147,7 +147,7 @@ def purge(args: argparse.Namespace, box: Box) -> int:
     output.emit(
         args,
         {**cli_dropbox.named(args), "purged": removed},
-        f"{args.queue}: {removed} message(s) deleted from {args.state}/",
+        f"{output.cell(args.queue)}: {removed} message(s) deleted from {args.state}/",
     )
     return 0
 
@@ -160,7 +160,7 @@ def _interrupted(args: argparse.Namespace, queue: Queue, folder: str, others: st
     output.err(
         output.said(
             f"{output.said_by(args)}: interrupted: {left} message(s) left in {folder}/ of "
-            f"{args.queue}, the others {others}"
+            f"{output.cell(args.queue)}, the others {others}"
         )
     )
 
@@ -204,10 +204,11 @@ def _delete(args: argparse.Namespace, box: Box) -> int:
     # By state as the line says it, under `ls --json`'s keys: a script can tell whether only
     # done messages went (consumed already) or some that never will be now.
     by_state = _counts(deleted[0]) | {"uncommitted": deleted[0].uncommitted}
+    text = f"{output.cell(args.queue)}: deleted, with its {messages} message(s)"
     output.emit(
         args,
         {"queue": args.queue, "deleted": messages, **by_state},
-        f"{args.queue}: deleted, with its {messages} message(s){_by_state(deleted[0])}",
+        text + _by_state(deleted[0]),
     )
     return 0
 
@@ -219,11 +220,11 @@ def _interrupted_delete(args: argparse.Namespace, box: Box, deleted: list[QueueC
     exit 130 with not a word, the queue gone from `ls` and its files still on disk."""
     said = f"{output.said_by(args)}: interrupted"
     if deleted:
-        gone = f"{args.queue} is deleted, with its {_messages(deleted[0])} message(s)"
+        gone = f"{output.cell(args.queue)} is deleted, with its {_messages(deleted[0])} message(s)"
     elif not os.path.lexists(queue_path(box.root, args.queue)):  # Ctrl-C amid the count
-        gone = f"{args.queue} is deleted"
+        gone = f"{output.cell(args.queue)} is deleted"
     else:
-        output.err(output.said(f"{said}: {args.queue} was not deleted"))
+        output.err(output.said(f"{said}: {output.cell(args.queue)} was not deleted"))
         return
     leftovers = os.path.join(box.root, DELETING_DIR)
     output.err(

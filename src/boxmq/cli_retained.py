@@ -38,7 +38,8 @@ def retained(args: argparse.Namespace, box: Box) -> int:
     if args.json:
         output.out(output.to_json(rows))
     elif not rows:
-        output.out(output.said(f"no retained messages match {args.filter} under {box.root}"))
+        matched = output.cell(args.filter)
+        output.out(output.said(f"no retained messages match {matched} under {box.root}"))
     else:
         output.table(rows)
     return 0

@@ -214,12 +214,12 @@ def end(args: argparse.Namespace, box: Box) -> int:
         "qos2_discarded": discarded,
         "will_discarded": will,
     }
-    text = f"ended the session of client {client_id}"
+    text = f"ended the session of client {output.cell(client_id)}"
     if ended:
-        text += f"; subscriptions ended: {' '.join(sorted(ended))}"
+        text += f"; subscriptions ended: {' '.join(map(output.cell, sorted(ended)))}"
     if discarded:
         text += f"; {discarded} QoS 2 message(s) awaiting PUBREL discarded"
     if will is not None:
-        text += f"; its Will to {will} discarded, not sent"
+        text += f"; its Will to {output.cell(will)} discarded, not sent"
     output.emit(args, done, text)
     return 0

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from boxmq import cli_output as output
 from boxmq.client import Box, Message
+from boxmq.core.topics import SHARE_PREFIX
 from boxmq.errors import InvalidArgument, LockError, QueueNotFound
 from boxmq.mqtt.brokers import client_s_broker
 from boxmq.mqtt.session_record import SessionRecord, record_named
@@ -74,8 +75,8 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
             ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
             output.err(
                 output.said(
-                    f"boxmq subscribe: reading the kept {what} {args.filter} of "
-                    f"{args.subscriber}; it stays after this run (`{ends}` ends it)"
+                    f"boxmq subscribe: reading the kept {what} {output.cell(args.filter)} of "
+                    f"{output.cell(args.subscriber)}; it stays after this run (`{ends}` ends it)"
                 ),
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle
@@ -265,7 +266,9 @@ def _refuse_an_xmpp_subscriber(box: Box, filter: str, subscriber: str) -> None:
 def _what_another_name_gets(filter: str) -> str:
     """What a run under another --name gets, for the refusals that ask for one: a member of a
     share group shares the group's messages with the others, it does not get every one."""
-    return "a member of its own" if filter.startswith("$share/") else "each name gets every message"
+    return (
+        "a member of its own" if filter.startswith(SHARE_PREFIX) else "each name gets every message"
+    )
 
 
 def _session_state(record: SessionRecord) -> str:
@@ -298,7 +301,7 @@ def unsubscribe(args: argparse.Namespace, box: Box) -> int:
         )
     box.unsubscribe(args.filter, args.subscriber)
     record = {"subscription": args.filter, "subscriber": args.subscriber}
-    text = f"unsubscribed: {args.filter} {args.subscriber}"
+    text = f"unsubscribed: {output.cell(args.filter)} {output.cell(args.subscriber)}"
     output.emit(args, record, text)
     return 0
 

@@ -31,6 +31,7 @@ from boxmq.client.housekeeping import FULL_SWEEP_EVERY
 from boxmq.clock import ManualClock
 from boxmq.core.topics import sys_unserved
 from boxmq.model import ConsumerId
+from boxmq.mqtt.session_record import SessionRecord, write_record
 from boxmq.mqtt.stored import consumer_name
 from boxmq.store.dropbox import Dropbox
 from boxmq.store.layout import State
@@ -581,7 +582,8 @@ def test_a_table_keeps_one_line_per_row_whatever_a_name_holds(root: Path) -> Non
 def test_what_a_command_says_it_did_keeps_to_one_line_whatever_a_name_holds(root: Path) -> None:
     """`ls` and `get` escape a newline in a name, as errors do; the line saying what was done
     (requeue, purge, delete, unsubscribe, peek of an empty folder, subscribe's note on a kept
-    subscription) printed it as it was, one line in two for a script or a log reader."""
+    subscription) printed it as it was, one line in two for a script or a log reader. A name
+    ending in one is quoted besides, as `ls` shows it (a blank at its end)."""
     ok(root, "put", "a\nb", "x")
     said = [
         ok(root, "requeue", "a\nb"),
@@ -598,10 +600,10 @@ def test_what_a_command_says_it_did_keeps_to_one_line_whatever_a_name_holds(root
         "a\\nb: no messages in target/\n",
         "a\\nb: deleted, with its 0 message(s)\n",
         "",
-        "boxmq subscribe: reading the kept subscription t\\n of k; it stays after this run "
+        "boxmq subscribe: reading the kept subscription 't\\n' of k; it stays after this run "
         "(`boxmq unsubscribe 't\\n' --name k` ends it)\n",
-        "unsubscribed: t\\n k\n",
-        f"no retained messages match t\\n under {root}\n",
+        "unsubscribed: 't\\n' k\n",
+        f"no retained messages match 't\\n' under {root}\n",
     ]
 
 
@@ -2352,6 +2354,56 @@ def test_ls_shows_a_queue_named_in_blanks_quoted_as_an_error_names_it(root: Path
     assert "no queue 'nothing here '" in done.stderr  # the quoting errors use
 
 
+def test_ls_quotes_a_name_holding_two_blanks_in_a_row_which_read_as_two_columns(
+    root: Path,
+) -> None:
+    """A queue named 'a  b' was listed `a  b`, two blanks being what a table puts between
+    its columns: a row that read as a queue `a` with a count `b` (found by a review). It is
+    quoted, as a name with a blank at an end is; one blank, or a tab (shown \\t), is not."""
+    for name in ("a  b", "a b", "a\tb"):
+        ok(root, "put", name, "m")
+    rows = ok(root, "ls").splitlines()[1:]
+    assert sorted(row.rsplit(None, 5)[0] for row in rows) == ["'a  b'", "a b", "a\\tb"]
+    ok(root, "put", "q", "m", "-p", "note=x  y")
+    assert "note='x  y'" not in ok(root, "peek", "q")  # the properties cell: quoted whole
+    assert "'note=x  y'" in ok(root, "peek", "q")
+
+
+def test_the_line_saying_what_a_command_did_names_a_queue_as_ls_does(root: Path) -> None:
+    """`purge`, `requeue`, `delete` and an empty `peek` printed the queue's name bare, where
+    `ls` and `get` quote one with a blank at an end: `boxmq purge 'jobs '` said `jobs : 1
+    message(s) deleted`, which read as the queue jobs (found by a review). The name is
+    shown as `ls` shows it, in these lines and in the Ctrl-C notes."""
+    ok(root, "put", "jobs ", "m")
+    assert ok(root, "purge", "jobs ") == "'jobs ': 1 message(s) deleted from target/\n"
+    assert ok(root, "peek", "jobs ") == "'jobs ': no messages in target/\n"
+    assert ok(root, "requeue", "jobs ") == "'jobs ': 0 message(s) from error/ back to target/\n"
+    assert ok(root, "delete", "jobs ") == "'jobs ': deleted, with its 0 message(s)\n"
+    assert json.loads(ok(root, "--json", "put", "jobs ", "m"))["queue"] == "jobs "  # as it is
+
+
+def test_the_lines_of_subscribe_unsubscribe_and_retained_name_a_filter_as_ls_does(
+    root: Path,
+) -> None:
+    """`unsubscribe 't ' --name 'n  m'` said `unsubscribed: t  n  m`, three words for two
+    names, and `subscribe`'s note on a kept subscription and an empty `retained` named the
+    filter bare too (found by a review): each name is shown as `ls` shows it."""
+    ok(root, "subscribe", "t ", "--name", "n  m", "--keep", "--idle", "0")
+    done = boxmq_cli(root, "subscribe", "t ", "--name", "n  m", "--idle", "0")
+    assert done.returncode == 0, done.stderr
+    assert "reading the kept subscription 't ' of 'n  m'; it stays" in done.stderr
+    assert ok(root, "unsubscribe", "t ", "--name", "n  m") == "unsubscribed: 't ' 'n  m'\n"
+    assert ok(root, "retained", "x ").startswith("no retained messages match 'x ' under ")
+
+
+def test_session_end_names_its_client_as_ls_does(root: Path) -> None:
+    """`session end 'c '` said `ended the session of client c ` (found by a review)."""
+    dead_server = f"{process_token().rsplit('-', 1)[0]}-1"  # this pid, a start long gone
+    away = SessionRecord("c ", 3600, server=dead_server, disconnected_at=time.time())
+    write_record(str(root), away)
+    assert ok(root, "session", "end", "c ") == "ended the session of client 'c '\n"
+
+
 def test_ls_names_no_two_queue_folders_alike_nor_a_folder_by_a_name_that_misses_it(
     root: Path,
 ) -> None:
@@ -3071,13 +3123,19 @@ def test_ls_counts_a_subscriptions_lock_whose_deadline_passed_as_ready_as_its_qu
         assert (info.counts.ready, info.counts.locked) == (1, 1)
 
 
+@pytest.mark.parametrize(("name", "shown"), [("jobs", "jobs"), ("jobs ", "'jobs '")])
 def test_a_purge_stopped_by_ctrl_c_says_what_it_left(
-    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    root: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    shown: str,
 ) -> None:
     # A purge of 200,000 messages ran 100 s (a disk that discards freed blocks) saying
-    # nothing; a Ctrl-C then ended it with no word of how far it went.
+    # nothing; a Ctrl-C then ended it with no word of how far it went. The queue is named
+    # as `ls` names it ('jobs ' was `of jobs ,`).
     with boxmq.open(root, fsync="never") as box:
-        box.queue("jobs").put_many([b"x"] * 50)
+        box.queue(name).put_many([b"x"] * 50)
     removed = 0
     remove = Dropbox.remove
 
@@ -3089,14 +3147,15 @@ def test_a_purge_stopped_by_ctrl_c_says_what_it_left(
         return remove(self, state, name)
 
     monkeypatch.setattr(Dropbox, "remove", ctrl_c_after_ten)
-    assert cli.main(["--data", str(root), "purge", "jobs"]) == 130
+    assert cli.main(["--data", str(root), "purge", name]) == 130
     said = capsys.readouterr()
     assert said.out == ""
     assert said.err == (
-        "boxmq purge: interrupted: 40 message(s) left in target/ of jobs, the others deleted "
-        "(purge again to delete them)\n"
+        f"boxmq purge: interrupted: 40 message(s) left in target/ of {shown}, the others "
+        "deleted (purge again to delete them)\n"
     )
-    assert len(os.listdir(root / "jobs" / "target")) == 40
+    with boxmq.open(root) as box:
+        assert box.queue(name, create=False).counts().ready == 40
 
 
 def test_a_purge_stopped_by_ctrl_c_counts_only_the_folder_it_purged(
@@ -3136,25 +3195,30 @@ def test_a_purge_stopped_by_ctrl_c_counts_only_the_folder_it_purged(
     assert [os.path.basename(path) for path in listed] == ["target"]
 
 
+@pytest.mark.parametrize(("name", "shown"), [("jobs", "jobs"), ("jobs ", "'jobs '")])
 def test_a_delete_stopped_by_ctrl_c_says_the_queue_is_gone_and_who_clears_the_rest(
-    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    root: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    shown: str,
 ) -> None:
     # The queue leaves its path in one rename, then its files are deleted one by one
     # (minutes for 200,000 on some disks): a Ctrl-C then ended the delete with exit 130 and
     # not a word, the queue gone from `ls` and its files still on disk.
     with boxmq.open(root, fsync="never") as box:
-        box.queue("jobs").put_many([b"x"] * 5)
+        box.queue(name).put_many([b"x"] * 5)
     rmtree = shutil.rmtree
 
     def ctrl_c(path: str, *args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt  # what SIGINT raises amid the deletes
 
     monkeypatch.setattr(shutil, "rmtree", ctrl_c)
-    assert cli.main(["--data", str(root), "delete", "jobs"]) == 130
+    assert cli.main(["--data", str(root), "delete", name]) == 130
     said = capsys.readouterr()
     assert said.out == ""
     assert said.err == (
-        "boxmq delete: interrupted: jobs is deleted, with its 5 message(s), but some of its "
+        f"boxmq delete: interrupted: {shown} is deleted, with its 5 message(s), but some of its "
         f"files are left in {root}/.deleting/, which the next delete or a sweep of "
         "`boxmq serve` removes\n"
     )

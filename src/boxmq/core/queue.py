@@ -222,16 +222,14 @@ class QueueEngine:
         if message_id in self._leases:
             return  # our own claim moved it
         self._ready.remove(message_id)
-        self._past.set_aside(message_id)
-        self._declined.pop(message_id, None)
+        self._park_past(message_id)
 
     def claim_lost(self, message_id: MessageId) -> None:
         """Another process won the rename: free the slot and let go of the message (its past
         holders parked, as `withdraw` parks them; the claim's holder never had it)."""
         self._leases.drop(message_id)
         self._ready.remove(message_id)
-        self._past.set_aside(message_id)
-        self._declined.pop(message_id, None)
+        self._park_past(message_id)
 
     def lock_lost(self, message_id: MessageId) -> Lease | None:
         """Another process ended the lease on disk (an ack, unlock or reject by id): the
@@ -511,8 +509,7 @@ class QueueEngine:
         self._ready.tick(now=now)
         expired: list[Effect] = []
         for message in self._ready.pop_expired(now=now):
-            self._past.forget(message.message_id)
-            self._declined.pop(message.message_id, None)
+            self._forget_past(message.message_id)
             expired.append(Expire(message))
         return expired
 
@@ -567,8 +564,7 @@ class QueueEngine:
         count = message.delivery_count + 1
         limit = self._policy.max_deliveries
         if limit is not None and count >= limit:
-            self._past.forget(message.message_id)
-            self._declined.pop(message.message_id, None)
+            self._forget_past(message.message_id)
             return DeadLetter(message, holder, DeadReason.MAX_DELIVERIES)
         self._past.released(message.message_id, holder)
         return Release(message, holder, reason, not_before, count)
@@ -581,7 +577,18 @@ class QueueEngine:
 
     def _forget(self, message_id: MessageId) -> None:
         self._leases.drop(message_id)
+        self._forget_past(message_id)
+
+    def _forget_past(self, message_id: MessageId) -> None:
+        """Who held the message, and who declined it, forgotten: it left the queue (settled,
+        expired, dead); the two go together, so that no decline outlives its message."""
         self._past.forget(message_id)
+        self._declined.pop(message_id, None)
+
+    def _park_past(self, message_id: MessageId) -> None:
+        """Who held the message parked (asking, they are told their lock is gone, not that
+        they never had it), who declined it forgotten: another process took it."""
+        self._past.set_aside(message_id)
         self._declined.pop(message_id, None)
 
     def _declines_forgotten(self, consumer: ConsumerId) -> None:

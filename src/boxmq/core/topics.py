@@ -21,6 +21,7 @@ from boxmq.errors import InvalidTopic
 
 __all__ = [
     "MQTT_STRING_MAX",
+    "SHARE_PREFIX",
     "SYS",
     "TopicFilter",
     "about_sys",
@@ -36,7 +37,9 @@ __all__ = [
 ]
 
 MQTT_STRING_MAX = 65_535  # MQTT 5.0 §1.5.4: a UTF-8 string is prefixed by a two-byte length
-_SHARE = "$share"  # MQTT 5.0 §4.8.2
+# What a shared subscription's filter starts with, $share/GROUP/FILTER (MQTT 5.0 §4.8.2): the
+# one spelling every door reads it by (but Spark's options, which import no core).
+SHARE_PREFIX = "$share/"
 SYS = "$SYS"  # the first level of an MQTT server's own topics (§4.7.2; mqtt/sys_topics.py)
 _SEPARATOR = "/"
 _ONE_LEVEL = "+"
@@ -150,7 +153,7 @@ class TopicFilter:
 
     def __post_init__(self) -> None:
         validate_filter(self.filter)
-        if self.share_group is None and self.filter.startswith(_SHARE + _SEPARATOR):
+        if self.share_group is None and self.filter.startswith(SHARE_PREFIX):
             # MQTT 5.0 §4.8.2: that prefix marks a shared subscription; str() must round-trip.
             raise InvalidTopic(f"{self.filter!r} is a shared subscription: use parse_filter")
         if self.share_group is not None:
@@ -165,7 +168,7 @@ class TopicFilter:
     def __str__(self) -> str:
         if self.share_group is None:
             return self.filter
-        return f"{_SHARE}/{self.share_group}/{self.filter}"
+        return f"{SHARE_PREFIX}{self.share_group}/{self.filter}"
 
 
 def parse_filter(text: str) -> TopicFilter:
@@ -173,10 +176,10 @@ def parse_filter(text: str) -> TopicFilter:
 
     Only text starting with "$share/" is shared; "$share" alone is a plain filter.
     """
-    if not isinstance(text, str) or not text.startswith(_SHARE + _SEPARATOR):
+    if not isinstance(text, str) or not text.startswith(SHARE_PREFIX):
         return TopicFilter(validate_filter(text))  # which refuses what is not a str
     _check_string(text, "shared subscription filter")
-    rest = text[len(_SHARE) + 1 :]
+    rest = text[len(SHARE_PREFIX) :]
     group, separator, filter = rest.partition(_SEPARATOR)
     _check_share_name(group, text)
     if not separator:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Final
 
 from boxmq.core.filter_relations import covers, overlaps
-from boxmq.core.topics import matches, parse_filter, validate_filter
+from boxmq.core.topics import SHARE_PREFIX, matches, parse_filter, validate_filter
 from boxmq.errors import InvalidArgument, InvalidTopic
 from boxmq.mqtt.passwords import ReadAtStart
 
@@ -239,7 +239,7 @@ def _rule(text: str, number: int) -> Rule:
         )
     if not text:
         raise InvalidArgument("expected [read|write|readwrite|deny] FILTER")
-    if text.startswith("$share/"):
+    if text.startswith(SHARE_PREFIX):
         raise InvalidArgument(
             f"{text!r}: name the topic filter without '$share/<group>/' "
             "(a shared subscription is checked by its filter)"

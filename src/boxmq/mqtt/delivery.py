@@ -38,7 +38,7 @@ from boxmq.client.message import Message
 from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
 from boxmq.core.durations import spelled
-from boxmq.core.topics import parse_filter
+from boxmq.core.topics import SHARE_PREFIX, parse_filter
 from boxmq.errors import BoxMQError, Closed, LockError, store_failure
 from boxmq.mqtt.clients import Client, Outgoing
 from boxmq.mqtt.drops import DropLog
@@ -56,8 +56,6 @@ __all__ = ["Delivery"]
 log = logging.getLogger("boxmq.mqtt")
 
 _R = ReasonCode
-# What the `Message.queue` of a share group's message starts with (Subscriber.queue).
-_SHARED: Final = "$share/"
 # Read per acknowledgement: an Enum member read off its class costs about 640 instructions
 # more than a module's name (outbox.py).
 _UNSPECIFIED_ERROR: Final = ReasonCode.UNSPECIFIED_ERROR  # a refusal from here up
@@ -311,7 +309,7 @@ class Delivery:
         if (
             unencodable is None
             and message is not None
-            and message.queue.startswith(_SHARED)
+            and message.queue.startswith(SHARE_PREFIX)
             # A QoS 2 message sent again (a member back with a smaller Maximum Packet Size)
             # may be with the member already: another member's copy would be a second
             # delivery, so it is settled as sent, as for one subscriber (MQTT-3.1.2-25).
@@ -659,7 +657,7 @@ class Delivery:
             self._lapse(session, message)
             return
         if publish.qos == 0:
-            if message.queue.startswith(_SHARED) and self._too_large(session, publish):
+            if message.queue.startswith(SHARE_PREFIX) and self._too_large(session, publish):
                 # Acked first (at most once), it could no longer go to another member.
                 self._decline(session, message)
                 return

@@ -104,6 +104,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from boxmq.core.topics import SHARE_PREFIX
 from boxmq.errors import BoxMQError, InvalidName, ProtocolViolation, store_failure
 from boxmq.mqtt.framing import PacketType, encode_varint
 from boxmq.mqtt.packets import Will
@@ -192,7 +193,7 @@ class SessionRecord:
         counts every membership it does not name as one."""
         if text in self.options:
             return True
-        if not text.startswith("$share/"):
+        if not text.startswith(SHARE_PREFIX):
             return False
         return self.leaving is None or text in self.leaving
 

@@ -39,7 +39,7 @@ __all__ = [
 
 DEFAULT_CONSUMER = "spark"
 DEFAULT_LOCK_TIMEOUT = 86_400.0  # a day: a stopped query may come back within it (docs/spark.md)
-_SHARE = "$share/"
+_SHARE = "$share/"  # core.topics.SHARE_PREFIX: Spark imports no core (DESIGN.md §6)
 _Choice = TypeVar("_Choice", FsyncPolicy, State)  # the options whose value is one of a few words
 
 # Options Spark itself puts in the map; accepted and ignored (the sink reads no path).

@@ -32,7 +32,7 @@ from boxmq.client.queue import Queue
 from boxmq.client.receiver import Receiver
 from boxmq.clock import periodic_due
 from boxmq.core.refusal_lines import RefusalLines, passed_over_said
-from boxmq.core.topics import about_sys, sys_unserved
+from boxmq.core.topics import SHARE_PREFIX, about_sys, sys_unserved
 from boxmq.errors import (
     BoxMQError,
     Closed,
@@ -1215,7 +1215,7 @@ class QueueService:
         # The topics' own subscribe: the API's warns its caller of a $SYS filter, a line a
         # subscribe; this door tells of one itself (_tell_sys), as the MQTT door does.
         return self._box.topics.subscribe(
-            f"$share/{SHARE_GROUP}/{node}",
+            f"{SHARE_PREFIX}{SHARE_GROUP}/{node}",
             name,
             max_in_flight=queue_requests,
             lock_timeout=self._lock_timeout,

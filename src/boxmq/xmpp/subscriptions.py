@@ -15,6 +15,7 @@ from typing import Final
 
 from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
+from boxmq.core.topics import SHARE_PREFIX
 from boxmq.xmpp.qos_out import Level
 
 __all__ = ["SHARE_GROUP", "Subscription", "Subscriptions", "consumer_name", "topic_node_of"]
@@ -33,7 +34,7 @@ def topic_node_of(filter: str, subscriber: str) -> str | None:
     """The topic node whose XMPP subscriber `subscriber`'s membership of the share group
     `filter` looks to be (its name the component's, `consumer_name`); None if it is not
     one. For the CLI, which must not end a member the component still serves."""
-    group = f"$share/{SHARE_GROUP}/"
+    group = f"{SHARE_PREFIX}{SHARE_GROUP}/"
     if filter.startswith(group) and subscriber.startswith(_PREFIX):
         return filter[len(group) :]
     return None
