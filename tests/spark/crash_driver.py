@@ -20,22 +20,31 @@ read() of batch KILL_AT, once some rows of it are out.
 
 Every run appends "batch message_id" lines to LOG for each row the source hands Spark, so the
 test sees which batch read what, in which run. The kill happens only while MARKER does not
-exist (it is created just before), so the next run with the same checkpoint completes.
-JVM_OPTIONS: the driver JVM's spark.driver.defaultJavaOptions (jvm.JVM_OPTIONS). The
-classes below live in __main__, so Spark pickles them by value to its Python workers.
+exist (it is created just before). JVM_OPTIONS: the driver JVM's
+spark.driver.defaultJavaOptions (jvm.JVM_OPTIONS).
+
+The restart needs no driver of its own: the test imports this module and starts the same
+stream, with a Crash that never kills, on the checkpoint the killed driver left, in its own
+SparkSession (`start`). Run as a script, the classes below live in __main__; imported, they are
+in a module the Python workers may not find: either way Spark pickles them by value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyspark import TaskContext
+from pyspark.cloudpickle import register_pickle_by_value
+from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
+    DataSource,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     InputPartition,
@@ -43,6 +52,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.functions import col, create_map, lit
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 import boxmq.spark
@@ -52,20 +62,43 @@ from boxmq.spark.sink import BoxMQStreamWriter, columns_of
 from boxmq.spark.source import BoxMQDataSource
 
 KILL_AT = 1  # the batch during which the driver dies
-MODE, ROOT, CHECKPOINT, OUTPUT, LOG, MARKER, JVM_OPTIONS = sys.argv[1:8]
-DRIVER_GROUP = os.getpgid(0)  # the test starts this driver in a session of its own
+KILL_AT_ACK = 25  # "midack": the 20 messages of batch 0, then 5 of batch KILL_AT
+KILL_AT_CHANGE = 6  # "midpublish": the unlink or rename of the sink's commit that never happens
+_OPTION = "crash."  # the prefix of the options that carry a Crash, boxmq's own the others
 
 
-def _die_once(where: str) -> None:
-    """SIGKILL the driver (its JVM included) and this worker's group, the first time only."""
-    try:
-        fd = os.open(MARKER, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return
-    os.write(fd, where.encode())
-    os.close(fd)
-    os.killpg(DRIVER_GROUP, signal.SIGKILL)
-    os.killpg(os.getpgid(0), signal.SIGKILL)  # the Python workers' own group (pyspark daemon)
+@dataclasses.dataclass(frozen=True)
+class Crash:
+    """What the stream does besides boxmq's work: it appends each row it reads to `log`; with a
+    `mode`, it also SIGKILLs the driver's process `group` at that mode's point, once."""
+
+    log: str
+    mode: str = ""  # none: this run never dies (the restart)
+    marker: str = ""
+    group: int = 0
+
+    def options(self) -> dict[str, str]:
+        return {_OPTION + field: str(value) for field, value in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> Crash:
+        given = {key[len(_OPTION) :]: value for key, value in options.items()}
+        return cls(given["log"], given["mode"], given["marker"], int(given["group"]))
+
+    def dies_in(self, *modes: str) -> bool:
+        return self.mode in modes
+
+    def die_once(self, where: str) -> None:
+        """SIGKILL the driver (its JVM included) and this worker's group, the first time only."""
+        assert self.group > 0, "a Crash without a driver's group must never die: killpg(0) is us"
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, where.encode())
+        os.close(fd)
+        os.killpg(self.group, signal.SIGKILL)
+        os.killpg(os.getpgid(0), signal.SIGKILL)  # the Python workers' own group (pyspark daemon)
 
 
 def _batch() -> int:
@@ -77,12 +110,13 @@ def _batch() -> int:
 class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """boxmq's stream reader, noting every row it hands Spark (and dying mid-batch once)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, crash: Crash) -> None:
         self.inner = inner
-        if MODE == "midack":  # this runs in the Python process that plans and acknowledges
+        self.crash = crash
+        if crash.dies_in("midack"):  # this runs in the Python process that plans and acknowledges
             # The name claims.py looks up at each ack (imported there, not one of its exports).
             names = vars(claims)
-            names["move_apart"] = _dying_at(names["move_apart"], [0], KILL_AT_ACK, "ack")
+            names["move_apart"] = _dying_at(names["move_apart"], [0], KILL_AT_ACK, crash, "ack")
 
     def initialOffset(self) -> dict[str, Any]:
         return dict(self.inner.initialOffset())
@@ -96,8 +130,8 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         end = dict(self.inner.latestOffset(start, limit))
-        if MODE == "midplan" and start["seq"] > 0 and end["seq"] > start["seq"]:
-            _die_once("plan")  # batch 0 ended at seq 20 > 0: this is KILL_AT's plan
+        if self.crash.dies_in("midplan") and start["seq"] > 0 and end["seq"] > start["seq"]:
+            self.crash.die_once("plan")  # batch 0 ended at seq 20 > 0: this is KILL_AT's plan
         return end
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -114,87 +148,114 @@ class LoggingReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         batch = _batch()
         for records in self.inner.read(partition):
             ids = records.column("message_id").to_pylist()
-            with open(LOG, "a") as log:
+            with open(self.crash.log, "a") as log:
                 log.write("".join(f"{batch} {message_id}\n" for message_id in ids))
             yield records
-            if MODE == "midbatch" and batch == KILL_AT:
-                _die_once("read")
+            if self.crash.dies_in("midbatch") and batch == KILL_AT:
+                self.crash.die_once("read")
 
 
-KILL_AT_ACK = 25  # "midack": the 20 messages of batch 0, then 5 of batch KILL_AT
-KILL_AT_CHANGE = 6  # "midpublish": the unlink or rename of the sink's commit that never happens
-
-
-def _dying_at(real: Any, counter: list[int], at: int, where: str) -> Any:
+def _dying_at(real: Any, counter: list[int], at: int, crash: Crash, where: str) -> Any:
     """`real`, counting its calls in `counter` (shared by the functions it is given to):
-    the `at`-th call dies (_die_once(where)) before it is made."""
+    the `at`-th call dies (crash.die_once(where)) before it is made."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
         counter[0] += 1
         if counter[0] == at:
-            _die_once(where)
+            crash.die_once(where)
         return real(*args, **kwargs)
 
     return call
 
 
 class CrashingWriter(BoxMQStreamWriter):
+    def __init__(self, options: Any, columns: Sequence[tuple[str, str]], crash: Crash) -> None:
+        super().__init__(options, columns)
+        self.crash = crash
+
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        if MODE == "midpublish" and batchId == KILL_AT:
+        if self.crash.dies_in("midpublish") and batchId == KILL_AT:
             counter = [0]
             unlink, rename = os.unlink, os.rename
-            os.unlink = _dying_at(unlink, counter, KILL_AT_CHANGE, "publish")
-            os.rename = _dying_at(rename, counter, KILL_AT_CHANGE, "publish")
+            os.unlink = _dying_at(unlink, counter, KILL_AT_CHANGE, self.crash, "publish")
+            os.rename = _dying_at(rename, counter, KILL_AT_CHANGE, self.crash, "publish")
             try:
                 super().commit(messages, batchId)
             finally:
                 os.unlink, os.rename = unlink, rename
             return
         super().commit(messages, batchId)  # published: the messages are in "out" now
-        if MODE in ("publish", "topicpublish") and batchId == KILL_AT:
-            _die_once("commit")
+        if self.crash.dies_in("publish", "topicpublish") and batchId == KILL_AT:
+            self.crash.die_once("commit")
 
 
-class CrashingSource(BoxMQDataSource):
+class CrashingSource(DataSource):
+    """`format("boxmq_crash")`: boxmq's source and sink, with the Crash its options carry."""
+
     @classmethod
     def name(cls) -> str:
         return "boxmq_crash"
 
+    def _boxmq(self) -> BoxMQDataSource:
+        boxmq = {k: v for k, v in self.options.items() if not k.startswith(_OPTION)}
+        return BoxMQDataSource(CaseInsensitiveDict(boxmq))
+
+    def _crash(self) -> Crash:
+        return Crash.of({k: v for k, v in self.options.items() if k.startswith(_OPTION)})
+
+    def schema(self) -> StructType:
+        return self._boxmq().schema()
+
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return LoggingReader(super().streamReader(schema))
+        return LoggingReader(self._boxmq().streamReader(schema), self._crash())
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         names = frozenset(field.name for field in schema.fields)
-        return CrashingWriter(sink_options(self.options, names), columns_of(schema))
+        options = sink_options(self._boxmq().options, names)
+        return CrashingWriter(options, columns_of(schema), self._crash())
 
 
-def main() -> None:
-    jvm = {"spark.driver.defaultJavaOptions": JVM_OPTIONS}
-    spark = boxmq.spark.local_session("crash-driver", config=jvm)
+def start(
+    spark: SparkSession, mode: str, root: str, checkpoint: str, output: str, crash: Crash
+) -> StreamingQuery:
+    """Start MODE's stream (see the top) on `checkpoint`, in `spark`."""
+    if __name__ != "__main__":  # imported by the test: its workers cannot import this module
+        register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
     spark.dataSource.register(CrashingSource)
-    topics = MODE == "topicpublish"
+    topics = mode == "topicpublish"
     stream = (
         spark.readStream.format("boxmq_crash")
-        .option("root", ROOT)
+        .options(**crash.options())
+        .option("root", root)
         .option(*(("subscription", "$share/etl/in/#") if topics else ("queue", "in")))
         .option("maxRecordsPerTrigger", 20)
         .option("numPartitions", 2)
         .load()
     )
-    if MODE in ("publish", "topicpublish", "midplan", "midpublish", "midack"):
+    if mode in ("publish", "topicpublish", "midplan", "midpublish", "midack"):
         # New ids for the copies, the original id in a property: a message published twice
         # would show as two messages, not hide behind one file name.
         copies = stream.select(col("body"), create_map(lit("source_id"), col("message_id")))
         writer = (
             copies.toDF("body", "properties")
             .writeStream.format("boxmq_crash")
-            .option("root", ROOT)
+            .options(**crash.options())
+            .option("root", root)
             .option(*(("topic", "out/copy") if topics else ("queue", "out")))
         )
     else:
         writer = stream.select("message_id", "body").writeStream.format("parquet")
-        writer = writer.option("path", OUTPUT)
-    query = writer.option("checkpointLocation", CHECKPOINT).trigger(availableNow=True).start()
+        writer = writer.option("path", output)
+    return writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+
+
+def main() -> None:
+    mode, root, checkpoint, output, log, marker, jvm_options = sys.argv[1:8]
+    jvm = {"spark.driver.defaultJavaOptions": jvm_options}
+    spark = boxmq.spark.local_session("crash-driver", config=jvm)
+    # The test starts this driver in a session of its own: its process group is the driver's.
+    crash = Crash(log, mode, marker, os.getpgid(0))
+    query = start(spark, mode, root, checkpoint, output, crash)
     query.awaitTermination(timeout=180)
     spark.stop()
 
