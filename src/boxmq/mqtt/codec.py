@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar
 
-from boxmq.core.topics import SHARE_PREFIX
 from boxmq.errors import InvalidArgument, MalformedPacket
 from boxmq.mqtt.errors import (
     ClientIdNotValid,
@@ -81,6 +80,9 @@ _V5: Final = ProtocolVersion.V5
 _V311: Final = ProtocolVersion.V311
 _PROTOCOL_NAME: Final = "MQTT"  # MQTT 5.0 §3.1.2.1
 _MQTT31_NAME: Final = "MQIsdp"  # MQTT 3.1 (level 3): a version we do not speak
+# boxmq.core.topics.SHARE_PREFIX, spelled again: the codec imports nothing of boxmq but its
+# values and errors (test_mqtt_reasons.test_the_codec_is_sans_io).
+_SHARE_PREFIX: Final = "$share/"  # MQTT 5.0 §4.8.2
 # MQTT 5.0 §2.1.3: the flags every packet but PUBLISH must carry.
 _FLAG_OF: Final = [0b0010 if kind in (6, 8, 10) else 0 for kind in range(16)]  # PUBREL, (UN)SUB
 _FIRST_BYTE: Final = [kind << 4 | flags for kind, flags in enumerate(_FLAG_OF)]
@@ -310,7 +312,7 @@ def _subscription(topic_filter: str, options: int, version: ProtocolVersion) -> 
     if retain_handling == 3:
         raise ProtocolError("SUBSCRIBE: Retain Handling 3 (MQTT 5.0 §3.8.3.1)")
     no_local = options & 0b100 != 0
-    if no_local and topic_filter.startswith(SHARE_PREFIX):
+    if no_local and topic_filter.startswith(_SHARE_PREFIX):
         raise ProtocolError("SUBSCRIBE: No Local on a shared subscription (§3.8.3.1)")
     return Subscription(
         topic_filter, qos, no_local, options & 0b1000 != 0, RetainHandling(retain_handling)
