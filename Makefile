@@ -79,12 +79,13 @@ typecheck: $(VENV)/.dev-installed
 # PYTHONDONTWRITEBYTECODE, which some machines set (this one does), each compiled boxmq again:
 # 0.55-0.6 s of CPU to import boxmq.cli and the MQTT server, against 0.35-0.45 s from cached
 # bytecode.
-# Two workers (pytest-xdist), a test file each at a time: most of the suite's time is spent
-# waiting on servers, clients, lock timeouts and Spark, not computing, so on two cores the suite
-# took 10.4 min where it took 13.5 in one process (under a load of 6 at that; docs/development.md).
+# Four workers (pytest-xdist), a test file each at a time, on two cores: most of the suite's
+# time is spent waiting on servers, clients, lock timeouts and Spark, not computing. The whole
+# suite kept the two cores about half busy with four workers: 9.7 min and 624 s of CPU on a
+# quiet machine, where two workers had taken 19-21 min (docs/development.md).
 # A file keeps to one worker because its tests share module fixtures (servers, a SparkSession).
 # `make unit TEST_WORKERS=0` runs it in one process.
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 4
 unit: $(VENV)/.dev-installed system-deps
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
