@@ -141,8 +141,10 @@ def test_a_source_past_its_limit_is_refused_and_nothing_accepted_is_lost(root: P
         with pytest.raises(boxmq.ResourceConstraint):
             box.assured("greedy", "3", b"x", queue="counts")
         assert box.assured("modest", "0", b"y", queue="counts")  # other sources go on
-        with pytest.raises(boxmq.ResourceConstraint):
-            box.assured("modest", "1", b"z" * 200, queue="counts")  # total bytes
+        with pytest.raises(boxmq.ResourceConstraint):  # total bytes: 4 held, 97 more is 101
+            box.assured("modest", "1", b"z" * 97, queue="counts")
+        with pytest.raises(boxmq.MessageTooLarge, match="max_bytes_total"):
+            box.assured("modest", "1", b"z" * 101, queue="counts")  # alone over: never fits
         for index in range(3):
             assert box.deliver("greedy", str(index))
         assert box.assured("greedy", "3", b"x", queue="counts")  # room again

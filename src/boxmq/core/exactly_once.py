@@ -120,15 +120,28 @@ def check_trusted(
         raise UntrustedSource(source)
 
 
-def check_message_size(size: int, max_message_size: int) -> None:
-    """MessageTooLarge for a message of `size` bytes over `max_message_size`: the intake's
-    check, and the MQTT door's for a QoS 2 message it holds in memory (its payload, as the
-    intake weighs one), which puts its own words before these ("client x: a QoS 2 message
-    of " + "N bytes is over max_message_size (M)")."""
+def check_message_size(size: int, limits: ExactlyOnceLimits) -> None:
+    """MessageTooLarge for a message of `size` bytes that no room could ever take: over
+    `max_message_size`, or alone over `max_bytes_per_source` or `max_bytes_total` (refused as
+    ResourceConstraint, it told the sender to wait, XMPP's `wait`, for room it never has). The
+    intake's check, and the MQTT door's for a QoS 2 message it holds in memory (its payload,
+    as the intake weighs one), which puts its own words before these ("client x: a QoS 2
+    message of " + "N bytes is over max_message_size (M)")."""
+    if (
+        0 <= size <= limits.max_message_size
+        and size <= limits.max_bytes_per_source
+        and size <= limits.max_bytes_total
+    ):
+        return  # the usual message, without the table below
     if size < 0:
         raise InvalidArgument(f"a message size cannot be negative, got {size}")
-    if size > max_message_size:
-        raise MessageTooLarge(f"{size} bytes is over max_message_size ({max_message_size})")
+    for name, limit in (
+        ("max_message_size", limits.max_message_size),
+        ("max_bytes_per_source", limits.max_bytes_per_source),
+        ("max_bytes_total", limits.max_bytes_total),
+    ):
+        if size > limit:
+            raise MessageTooLarge(f"{size} bytes is over {name} ({limit})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,7 +222,7 @@ class ExactlyOnce:
             state = Incoming.NEW
         _, action = receive(state, Request.ASSURED)
         if action is Action.STORE:
-            check_message_size(size, self._limits.max_message_size)
+            check_message_size(size, self._limits)
             self._check_room(source, size)
             self._done.pop(key, None)  # a remembered id past done_ttl: a new message
             self._add(key, _Pending(size, now, stored=False))

@@ -159,7 +159,7 @@ class Publishing:
         self._held_total_limit = limits.max_pending_total
         self._held_total_bytes_limit = limits.max_bytes_total
         self._trusted = limits.trusted_sources  # what is held asks it here, not the intake
-        self._held_size_limit = limits.max_message_size
+        self._size_limits = limits  # check_message_size's caps
         self.held_totals = HeldTotals()  # every session's holds together (broker.py gives it)
         self._refusal_lines: RefusalLines[str] = RefusalLines()  # QoS 2 refusals told per client
         self._in_use_lines: RefusalLines[str] = RefusalLines()  # 0x91 refusals told per client
@@ -304,7 +304,7 @@ class Publishing:
         waiting in working/ (a 3.1.1 client has no Receive Maximum, and would otherwise hold
         up to 65,535), and the caps on all producers together what all clients hold here
         (counted apart from working/'s, as the caps per producer are): over any, PUBREC 0x97
-        (3.1.1: the close). And `max_message_size`, as the intake weighs one (its payload):
+        (3.1.1: the close). And `check_message_size`, as the intake weighs one (its payload):
         a message the intake refuses to a persistent publisher is not taken from a clean
         one. Five comparisons a message. A client trusted_sources does not list is refused
         as the intake refuses it: PUBREC 0x87 (3.1.1: the close)."""
@@ -315,7 +315,7 @@ class Publishing:
             if self._trusted is not None:  # None: anyone, and no source to work out
                 source = exactly_once_source(client_id)
                 check_trusted(self._trusted, source, exactly_once_identities(client_id))
-            check_message_size(len(packet.payload), self._held_size_limit)
+            check_message_size(len(packet.payload), self._size_limits)
         except MessageTooLarge as too_large:
             refusal = MessageTooLarge(f"client {client_id}: a QoS 2 message of {too_large}")
             self._send_error(client, session, Pubrec(packet_id), refusal)

@@ -130,6 +130,25 @@ def test_a_message_over_the_size_limit_is_too_large() -> None:
 
 
 @pytest.mark.parametrize(
+    ("limits", "size", "limit"),
+    [
+        (replace(SMALL, max_bytes_per_source=50), 51, "max_bytes_per_source"),
+        (replace(SMALL, max_bytes_total=40, max_bytes_per_source=50), 41, "max_bytes_total"),
+    ],
+)
+def test_a_message_no_room_could_ever_take_is_too_large_not_a_wait(
+    limits: ExactlyOnceLimits, size: int, limit: str
+) -> None:
+    """Alone over a cap on bytes (under max_message_size): ResourceConstraint told the sender
+    to wait (XMPP's `wait`), for room it can never have; it is too large, as over the size."""
+    box = ExactlyOnce(limits)
+    with pytest.raises(MessageTooLarge, match=f"{size} bytes is over {limit}"):
+        box.assured("a", "m", size=size, now=0.0)
+    assert box.statistics() == ExactlyOnceStats(0, 0, 0, ())
+    store(box, "a", "m", size=size - 1)  # one byte less fits, on an empty book
+
+
+@pytest.mark.parametrize(
     ("setup", "source", "size", "limit"),
     [
         ([("a", 10)] * 3, "a", 10, "max_pending_per_source"),

@@ -1440,14 +1440,16 @@ def test_refused_exactly_once_messages_are_logged_naming_their_sender(
     assert lines[2].endswith("(2 more since the last line)")
 
 
+@pytest.mark.parametrize("cap", ["max_message_size", "max_bytes_per_source", "max_bytes_total"])
 def test_an_oversized_assured_message_is_payload_too_big_not_to_be_retried(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cap: str
 ) -> None:
     # It was `wait` resource-constraint, which tells the sender to retry after waiting
     # (RFC 6120 §8.3.2), though the same message is refused again whenever it comes: it is
     # `modify` not-acceptable + payload-too-big, as a publish, a plain and an <acknowledged/>
-    # message too big for an item are. The pending limits keep resource-constraint.
-    limits = ExactlyOnceLimits(max_message_size=50)
+    # message too big for an item are. The pending limits keep resource-constraint; but a
+    # message alone over a cap on bytes is as too large: no room will ever take it.
+    limits = ExactlyOnceLimits(**{cap: 50})  # type: ignore[arg-type]
     with (
         boxmq.open(tmp_path / "d", fsync="never", exactly_once=limits) as box,
         caplog.at_level(logging.WARNING, logger="boxmq.xmpp"),
@@ -1457,7 +1459,7 @@ def test_an_oversized_assured_message_is_payload_too_big_not_to_be_retried(
         reply = wire.iq(CAROL, _wrapped("assured", "a", "x" * 200), to=NODE_AT)
         assert condition(reply) == ("modify", "not-acceptable")
         assert reply.find(f".//{{{ns.PUBSUB_ERRORS}}}payload-too-big") is not None
-        assert "max_message_size (50)" in error_text(reply)
+        assert f"{cap} (50)" in error_text(reply)
         assert box.intake.destination(CAROL, "a") is None  # nothing held for a deliver
         wire.service.close()
     [line] = logged(caplog, "refused")  # urn:xmpp:qos, memory attacks: still logged
