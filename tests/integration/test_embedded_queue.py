@@ -1124,6 +1124,32 @@ def test_properties_too_long_for_a_name_go_to_a_side_file_and_read_back_the_same
         got.ack()
 
 
+def test_typed_properties_that_fit_beside_the_side_files_key_read_back_typed(
+    box: boxmq.Box,
+) -> None:
+    """A put whose typed properties do not all fit beside the side file's key keeps those
+    that do in the name: `urgent=False` reads back False, where it read "false" (a str Python
+    takes for true) once a long counter crowded the name (before 2026-12-02)."""
+    properties: dict[str, str | int | bool] = {
+        "note": "y" * 200,
+        "urgent": False,
+        "n": 3,
+        "a_counter_with_a_long_name": 2**62,
+        "another_counter_with_a_long_name": 2**62,
+    }
+    jobs = box.queue("jobs")
+    jobs.put("x", properties=properties)
+    with jobs.consumer("w") as consumer:
+        got = consumer.receive(timeout=5)
+        assert got is not None
+        assert got.properties["urgent"] is False
+        assert got.properties["n"] == 3
+        assert {k: str(v) for k, v in got.properties.items()} == {
+            k: str(v) if k != "urgent" else "False" for k, v in properties.items()
+        }
+        got.ack()
+
+
 def test_properties_that_cannot_spill_for_the_key_s_room_say_so(box: boxmq.Box, root: Path) -> None:
     """A reply-to that fits alone but leaves no room for the side file's key, and cannot go to
     the side file itself (U+0000 is in no MQTT Response Topic): the error says the properties

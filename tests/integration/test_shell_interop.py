@@ -158,6 +158,32 @@ def test_an_unlock_beside_a_new_message_of_its_name_delivers_both(
     assert sorted(os.listdir(root / "jobs" / "target")) == []
 
 
+def test_a_name_sent_again_while_its_first_is_locked_is_taken_up_when_that_one_is_settled(
+    manual_box: boxmq.Box, root: Path
+) -> None:
+    """docs/file-format.md: a process "takes up the other once that one is settled". A
+    receive that read the second 4.nightly.T's coming while the first was locked under that
+    name took it for the late news of its own claim and let it go: after the ack it waited
+    for the next full read of target/ (5 s of the box's clock; here, where the clock stands
+    still, for ever)."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"warm-up")  # creates the folders
+    with jobs.consumer("w1") as first:
+        assert acked(first, 1)[0].body == b"warm-up"
+        send(root, "4.nightly.T", "monday")
+        monday = first.receive(timeout=5)
+        assert monday is not None
+        assert monday.body == b"monday"
+        with jobs.consumer("w2") as second:  # reads the news of tuesday's coming
+            send(root, "4.nightly.T", "tuesday")  # while monday is locked in processing/
+            assert second.receive(timeout=0.5) is None  # one message of an id at a time
+        monday.ack()
+        tuesday = first.receive(timeout=5)
+        assert tuesday is not None
+        assert tuesday.body == b"tuesday"
+        tuesday.ack()
+
+
 def test_one_name_sent_twice_and_claimed_in_one_millisecond_keeps_both_locks(
     manual_box: boxmq.Box, root: Path
 ) -> None:

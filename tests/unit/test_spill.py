@@ -182,6 +182,25 @@ def test_typed_properties_stay_in_the_name_where_they_fit_and_leave_it_where_the
     assert V5Reader(sides).properties(moved) == {"note": "y" * 200, "n": "3", "ok": "true"}
 
 
+def test_the_typed_properties_that_fit_stay_in_the_name_when_not_all_of_them_do(
+    tmp_path: Path,
+) -> None:
+    # Two long counters leave no room for every typed property beside the key; before
+    # 2026-12-02 all of them left the name then, and `urgent=False` read back as "false",
+    # a str Python takes for true.
+    counters = {f"counter_with_a_long_name_{k}": 2**62 + k for k in range(2)}
+    envelope = _envelope(note="y" * 200, urgent=False, n=3, **counters)
+    sides = SideFiles(str(tmp_path))
+    moved, name, _ = spilled(envelope, sides, encode, MetadataTooLong("long"))
+    assert name == encode(moved)
+    kept = moved.user_properties()
+    assert {"urgent": False, "n": 3}.items() <= kept.items()
+    assert set(kept) < {"urgent", "n", *counters}  # not all of them fit
+    expected = {"note": "y" * 200, "urgent": False, "n": 3}
+    expected |= {k: v if k in kept else str(v) for k, v in counters.items()}
+    assert V5Reader(sides).properties(moved) == expected
+
+
 def test_the_group_and_what_mqtt_cannot_carry_stay_in_the_name(tmp_path: Path) -> None:
     envelope = _envelope(**{GROUP_KEY: "g-1", "nul": "a\0b", "note": "y" * 200})
     moved, _, _ = spilled(envelope, SideFiles(str(tmp_path)), encode, MetadataTooLong("long"))

@@ -25,8 +25,9 @@ Invariants:
   name; in the bytes too, as the MQTT door keeps it), and a property MQTT cannot carry (U+0000,
   over 65,535 bytes, an `mqtt.*` value with no meaning), which no v5 subscriber got before
   either. Properties that are not strings (int, bool, float) stay too where they fit beside the
-  key, so readers see them typed (the name's own win over the side file's text); where they do
-  not, they are in the side file only, and readers see them as the text a v5 subscriber gets.
+  key, so readers see them typed (the name's own win over the side file's text): as many as
+  fit, the shortest first; those that do not are in the side file only, and readers see them
+  as the text a v5 subscriber gets.
 - The side file is written once a name that names it fits, and before the message file that
   names it: the commit's flush then covers it too (store/side_files.py). A message whose own
   file is then refused (a full disk) withdraws it: it was named by nothing until the hourly
@@ -40,8 +41,8 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from boxmq.client import mqtt_fields
 from boxmq.client.copies import carries_v5
@@ -90,18 +91,18 @@ def spilled(
     """`envelope`, whose name `name_of` refused with `refused`, with its properties in a side
     file instead, its name, and the side file written (for `SideFiles.withdraw` if the
     message's own file fails; None with write=False): first with its typed properties still
-    in the name, then without, then both again with its reply-to and correlation id left to
-    the side file too (`_TRIES`). `refused` again if nothing can move; the smallest name's
-    error if even that does not fit. write=False: a publication no subscription gets a copy
-    of, refused as one that a subscription gets would be, and no side file written (no file
-    would name it, and it stayed until the sweep collected it)."""
+    in the name, then with fewer of them, down to none, then all that again with its reply-to
+    and correlation id left to the side file too (`_tries`). `refused` again if nothing can
+    move; the smallest name's error if even that does not fit. write=False: a publication no
+    subscription gets a copy of, refused as one that a subscription gets would be, and no side
+    file written (no file would name it, and it stayed until the sweep collected it)."""
     if side_files is None or not _movable(envelope):
         raise refused
     raw = v5_bytes(envelope)
     named = Property(PROPERTIES_FILE, PropertyType.STRING, key_of(raw))
     tried: list[Envelope] = []
-    for keep_fields, keep_typed in _TRIES:
-        kept = tuple(p for p in envelope.properties if _stays(p, keep_typed=keep_typed))
+    for keep_fields, typed in _tries(envelope):
+        kept = tuple(p for p in envelope.properties if _stays(p, keep_typed=p in typed))
         reply_to, correlation_id = _fields_kept(envelope, keep_fields=keep_fields)
         candidate = dataclasses.replace(
             envelope,
@@ -127,10 +128,22 @@ def spilled(
     ) from None
 
 
-# What stays in the name at each try, (the reply-to and correlation id, the typed properties):
-# a DropboxMQ-style reader of the name keeps its JMSReplyTo and JMSCorrelationID while a
-# name with them fits; only then do they go where an MQTT v5 client's go (the side file).
-_TRIES: Final = ((True, True), (True, False), (False, True), (False, False))
+def _tries(envelope: Envelope) -> Iterator[tuple[bool, frozenset[Property]]]:
+    """What stays in the name at each try: whether the reply-to and correlation id do, and
+    which typed properties. A DropboxMQ-style reader of the name keeps its JMSReplyTo and
+    JMSCorrelationID while a name with them fits; only then do they go where an MQTT v5
+    client's go (the side file). The typed properties go one at a time, the longest first, so
+    that those that fit stay typed (a `False` left to the side file reads back as "false",
+    which Python takes for true)."""
+    typed = [
+        p
+        for p in envelope.properties
+        if _stays(p, keep_typed=True) and not _stays(p, keep_typed=False)
+    ]
+    typed.sort(key=lambda p: len(p.name) + len(property_text(p.value)))
+    for keep_fields in (True, False):
+        for count in range(len(typed), -1, -1):
+            yield keep_fields, frozenset(typed[:count])
 
 
 def _fields_kept(envelope: Envelope, *, keep_fields: bool) -> tuple[str | None, str | None]:

@@ -171,6 +171,11 @@ class TargetNames(LiveNews):
                 # offered at the look after the lock.
                 self._next_sweep = 0.0
                 self._behind.add(message_id)
+            elif os.path.lexists(self._box.file(State.TARGET, name)):
+                # Our claim renamed that file away: this is another of that name (a script's
+                # nightly 4.nightly.T sent again while the last is locked), offered at the
+                # look after the lock, where it waited for the next full read of target/.
+                self._behind.add(message_id)
             return  # else our own claim, which the watcher tells of late
         if (ready := self._engine.ready_key(message_id)) is not None:
             if ready == name:
