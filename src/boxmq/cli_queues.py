@@ -218,13 +218,13 @@ def _interrupted_delete(args: argparse.Namespace, box: Box, deleted: list[QueueC
     and its files are deleted after it, one by one (minutes for 200,000 on a disk mounted
     with discard), so a Ctrl-C mostly comes when the queue is gone and files are left; it was
     exit 130 with not a word, the queue gone from `ls` and its files still on disk."""
-    said = f"{output.said_by(args)}: interrupted"
+    said, name = f"{output.said_by(args)}: interrupted", output.cell(args.queue)
     if deleted:
-        gone = f"{output.cell(args.queue)} is deleted, with its {_messages(deleted[0])} message(s)"
+        gone = f"{name} is deleted, with its {_messages(deleted[0])} message(s)"
     elif not os.path.lexists(queue_path(box.root, args.queue)):  # Ctrl-C amid the count
-        gone = f"{output.cell(args.queue)} is deleted"
+        gone = f"{name} is deleted"
     else:
-        output.err(output.said(f"{said}: {output.cell(args.queue)} was not deleted"))
+        output.err(output.said(f"{said}: {name} was not deleted"))
         return
     leftovers = os.path.join(box.root, DELETING_DIR)
     output.err(
