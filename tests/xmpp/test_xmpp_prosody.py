@@ -270,7 +270,7 @@ def test_a_resource_neither_subscribes_nor_unsubscribes_another_resource_of_its_
                 mine = await phone.request(unsubscribe("alice@localhost/phone"))
                 assert mine.get("type") == "result", ET.tostring(mine)
             finally:
-                phone.disconnect(wait=0.5)
+                await phone.disconnect(wait=0.5)
 
     run(scenario())
 
@@ -304,7 +304,7 @@ def test_a_subscription_made_with_the_full_jid_is_named_so(
             ended = await _subscription_ended(phone)  # told at the component's stop
             assert ended.get("jid") == full
         finally:
-            phone.disconnect(wait=0.5)
+            await phone.disconnect(wait=0.5)
 
     run(scenario())
 

@@ -18,7 +18,7 @@ from harness.output import Drained
 from harness.ports import free_port
 from harness.prosody import SECRET, SERVICE, TIMEOUT, Prosody, clients, first_to_hear
 from harness.stopping import kill, stop
-from tests.waiting import logged
+from tests.waiting import logged, until_async
 from tests.xmpp.clients import component
 
 import boxmq
@@ -566,3 +566,34 @@ def test_the_component_is_logged_by_its_domain_and_the_typed_name_said_once(
     # once per start, each saying which domain it serves
     assert len(typed_lines) == 2, typed_lines
     assert all(f"as {SERVICE}" in line for line in typed_lines), typed_lines
+
+
+def test_a_component_stopped_while_it_retries_tries_no_more(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # stop() ended the stream only when one was open: a component stopped between two tries
+    # kept trying, and a try that connected after its event loop had ended left an open
+    # socket behind (a ResourceWarning in whichever test collected it).
+    port = free_port()  # nothing listens there yet
+    settings = XmppSettings("queue.localhost", "127.0.0.1", port, SECRET, reconnect_max=0.5)
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        with boxmq.open(tmp_path / "data", fsync="never") as box:
+            task = asyncio.ensure_future(run_component(box, settings, stop))
+            await until_async(lambda: logged(caplog, "cannot reach"), "never tried")
+            stop.set()
+            await task
+            heard: list[object] = []
+
+            def answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                heard.append(writer.get_extra_info("peername"))
+                writer.close()
+
+            server = await asyncio.start_server(answer, "127.0.0.1", port)
+            async with server:
+                await asyncio.sleep(1.5)  # three times reconnect_max
+            assert heard == []
+
+    with caplog.at_level(logging.WARNING, logger="boxmq.xmpp"):
+        run(scenario())

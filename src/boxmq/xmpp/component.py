@@ -241,6 +241,9 @@ class QueueComponent(ComponentXMPP):
         # ended, before the stream's end; with no server to tell, the next start does
         self.service.close(heard=self.connected.is_set(), once_written=self._after_written)
         self._flush()
+        # Between two tries there is no stream to end, but a try under way would connect
+        # after the stop, with no one left to close its socket.
+        self.cancel_connection_attempt()
         if self.transport is not None:
             await self.disconnect(wait=1.0)
 
