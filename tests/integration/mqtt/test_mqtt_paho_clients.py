@@ -351,6 +351,30 @@ def test_subscription_identifier_comes_back(server: RunningServer) -> None:
     assert sub.next().properties.SubscriptionIdentifier == [42]
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["clean", "persistent"])
+@pytest.mark.parametrize("filter", ["ids/#", "$share/g/ids/#"])
+def test_a_subscribe_of_the_same_filter_replaces_its_identifier(
+    server: RunningServer, persistent: bool, filter: str
+) -> None:
+    """§3.8.2.1.2: a Subscription Identifier belongs to the subscription a SUBSCRIBE creates
+    or modifies, and MQTT-3.8.4-3: the same filter again replaces the subscription, so the
+    next message carries the new identifier, and none once a SUBSCRIBE without one replaced
+    it. A persistent session's subscription and a share group are dropboxes on disk, whose
+    identifier is kept apart from the filter."""
+    sub = paho(server, "ids", clean=True, expiry=300 if persistent else 0)
+    pub = paho(server, "pub")
+    for identifier in (7, 8, None):
+        values = {} if identifier is None else {"SubscriptionIdentifier": identifier}
+        sub.subscribe(filter, 1, properties=paho_properties(PacketTypes.SUBSCRIBE, **values))
+        pub.publish("ids/x", str(identifier), 1)
+        got = sub.next()
+        assert got.payload == str(identifier).encode()
+        assert getattr(got.properties, "SubscriptionIdentifier", None) == (
+            None if identifier is None else [identifier]
+        )
+    assert sub.nothing(0.3)
+
+
 def test_no_local_keeps_a_client_from_its_own_messages(server: RunningServer) -> None:
     chat = paho(server, "chat")
     chat.subscribe("room", 1, noLocal=True)

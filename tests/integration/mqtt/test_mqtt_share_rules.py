@@ -732,6 +732,28 @@ def test_a_retained_publication_reaches_a_member_with_retain_0(
     assert (got.payload, got.retain) == (b"away", False)
 
 
+def test_a_retained_publication_reaches_a_member_with_retain_as_published_as_retained(
+    server: RunningServer,
+) -> None:
+    """MQTT-3.3.1-12: a v5 member that subscribed with Retain As Published gets the RETAIN
+    flag a PUBLISH was sent with, there and away (from the group's copy on disk), as a
+    non-shared subscription does; the member beside it without the option gets RETAIN 0."""
+    member = paho(server, "m", clean=False, expiry=3600)
+    member.subscribe("$share/g/state", 1, retainAsPublished=True)
+    plain = paho(server, "plain")
+    plain.subscribe("$share/h/state", 1)
+    pub = paho(server, "pub")
+    pub.publish("state", b"there", 1, retain=True)
+    pub.publish("state", b"live", 1)
+    for receiver, flag in ((member, True), (plain, False)):
+        got = [receiver.next(), receiver.next()]
+        assert [(m.payload, m.retain) for m in got] == [(b"there", flag), (b"live", False)]
+    member.stop()
+    pub.publish("state", b"away", 1, retain=True)
+    back = paho(server, "m", clean=False, expiry=3600).next()
+    assert (back.payload, back.retain) == (b"away", True)
+
+
 def test_a_qos2_message_a_member_acknowledged_with_pubrec_is_not_sent_again_when_it_ends(
     server: RunningServer,
 ) -> None:
