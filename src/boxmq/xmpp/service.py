@@ -157,6 +157,10 @@ _TEXT_KEPT: Final = 1000
 # groupchat comes from a room, which would hand an error to every occupant, or send it back.
 _UNANSWERED: Final = frozenset({"headline", "groupchat"})
 
+# The types of a bounced error that say try later, or send otherwise (RFC 6120 §8.3.2):
+# the subscription stays (_says_gone).
+_TEMPORARY: Final = frozenset({"wait", "modify"})
+
 Send = Callable[[str], None]
 
 
@@ -384,12 +388,13 @@ class QueueService:
                 self._end(subscription)
 
     def message(self, element: Element) -> None:
-        """A <message/> to the component. Of type error, one the server bounced: its sender
-        is gone (XEP-0254 §4), if it is a subscriber's full JID; nothing is stored or
-        answered. Any other is urn:xmpp:qos's at-most-once level, put on the node its address
-        names as an <acknowledged/> one is (_put_on_node), and answered only if refused."""
+        """A <message/> to the component. Of type error, one the server or a client bounced:
+        its sender is gone (XEP-0254 §4), if it is a subscriber's full JID and the error says
+        it is gone or refuses (_says_gone); nothing is stored or answered. Any other is
+        urn:xmpp:qos's at-most-once level, put on the node its address names as an
+        <acknowledged/> one is (_put_on_node), and answered only if refused."""
         if element.get("type") == "error":
-            self.gone(element.get("from", ""))
+            self._bounced(element)
             return
         message = parse_message(element)
 
@@ -409,6 +414,27 @@ class QueueService:
             condition.name,
             message.id,
             message.sender,
+        )
+
+    def _bounced(self, element: Element) -> None:
+        """An error bounced to the service: the end of its sender's subscriptions if it says
+        the sender is gone or refuses; one that says to try later (a full offline store:
+        wait resource-constraint) leaves them, and the item it bounced comes back at its
+        lock timeout, as a silence (a subscriber that bounces every item is dropped after
+        SILENT_TIMEOUTS of them). Every bounce ended them, a subscriber still there
+        stopped getting items, told nothing."""
+        sender = element.get("from", "")
+        error = _error_of(element)
+        if _says_gone(error):
+            self.gone(sender)
+            return
+        kind, condition = error
+        log.debug(  # not info: a peer that sends errors in a loop would write a line each
+            "%s bounced a message (%s %s): its subscriptions stay, the item comes back at its "
+            "lock timeout",
+            sender,
+            kind,
+            condition,
         )
 
     def _refuse_message(self, message: Unacknowledged, condition: Condition, text: str) -> None:
@@ -1429,6 +1455,28 @@ def _node_of(to: str) -> str:
     if not at or not local:
         raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
     return _JID_ESCAPE.sub(lambda escape: chr(int(escape[1], 16)), local)
+
+
+def _error_of(stanza: Element) -> tuple[str, str]:
+    """The type and the defined condition of a stanza's <error/> (RFC 6120 §8.3.2), each ""
+    if missing. The child keeps the namespace its sender wrote (slixmpp's filter renames the
+    stanza's own tag alone): jabber:client or jabber:component:accept."""
+    for child in stanza:
+        if child.tag.rsplit("}", 1)[-1] == "error":
+            conditions = (c.tag for c in child if c.tag.startswith("{" + ns.STANZAS + "}"))
+            condition = next(conditions, "").rsplit("}", 1)[-1]
+            return child.get("type", ""), condition
+    return "", ""
+
+
+def _says_gone(error: tuple[str, str]) -> bool:
+    """Whether a bounced error says its sender is gone or refuses the notifications, which
+    ends its subscriptions: the types cancel and auth, whose errors are not to be retried
+    (RFC 6120 §8.3.2), and recipient-unavailable of any type, a session gone, which the
+    server answers for a full JID (RFC 6120 §8.3.3.13). wait and modify say try later, or
+    send otherwise: temporary (XEP-0060 §12). Without a known type, gone, as before."""
+    kind, condition = error
+    return kind not in _TEMPORARY or condition == "recipient-unavailable"
 
 
 def _stamped(message: Element, *, sender: str, to: str) -> bytes:
