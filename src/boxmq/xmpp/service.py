@@ -222,9 +222,7 @@ class QueueService:
     def iq(self, element: Element) -> None:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
-        if len(iq.id) + len(iq.sender) + len(iq.to) > self._surely_answerable and (
-            self._unanswerable(iq)
-        ):
+        if self._unanswerable(iq):
             return
         if self._closed:
             # The stream lasts a moment after the close (until the server's </stream>): a
@@ -276,7 +274,10 @@ class QueueService:
         stanza size limit. Such an iq is not served, and is logged: its result or error
         would pass the limit and end the component's stream (a `>` a client writes as one
         byte in an attribute is `&gt;` in the answer), and served unanswered, a publish
-        would be stored for a publisher told nothing."""
+        would be stored for a publisher told nothing. Measured only for an envelope long
+        enough to come near it."""
+        if len(iq.id) + len(iq.sender) + len(iq.to) <= self._surely_answerable:
+            return False
         size = len(render.result(iq).encode())
         if size <= self._stanza_size_limit - ENVELOPE:
             return False
@@ -369,6 +370,30 @@ class QueueService:
         except Exception:
             log.exception(doing, *args)
             return INTERNAL, "", None
+
+    def unserved(self, element: Element) -> None:
+        """A stanza whose serving raised (a bug, or the file system failing where no answer
+        handles it), its traceback logged by the caller: its sender is answered
+        internal-server-error, of type wait (RFC 6120 §8.3.3.5), if it asked for an answer:
+        an iq get/set, or a message other than an error, a headline or a groupchat. A result,
+        an error or a presence is never answered with an error (§8.3.1). The answer is made
+        from the envelope alone, without the request echoed: the parse may be what failed."""
+        kind = element.get("type", "")
+        sender, to, stanza_id = element.get("from", ""), element.get("to", ""), element.get("id")
+        name = element.tag.rsplit("}", 1)[-1]
+        if name == "iq" and kind in ("get", "set"):
+            iq = Iq(id=stanza_id or "", type=kind, sender=sender, to=to, child=None, children=0)
+            if self._unanswerable(iq):
+                return
+            answer = partial(self._send_error, iq, INTERNAL, inner="")
+        elif name == "message" and kind != "error":
+            message = Unacknowledged(stanza_id, kind, sender, to, element)
+            answer = partial(self._refuse_message, message, INTERNAL, "")
+        else:
+            return
+        self._or_logged(
+            answer, "internal-server-error to %s %.80s from %s not sent", name, stanza_id, sender
+        )
 
     def gone(self, jid: str) -> None:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe.
