@@ -149,8 +149,9 @@ def stanza_size_limit(text: str) -> int:
     return limit
 
 
-def address(text: str, *, port_example: int = 1883) -> tuple[str, int]:
-    """An MQTT listener's HOST:PORT; `port_example`: the port its errors' examples name."""
+def address(text: str, *, port_example: int = 1883, no_host: str = "0.0.0.0") -> tuple[str, int]:
+    """An MQTT listener's HOST:PORT; `port_example`: the port its errors' examples name,
+    `no_host`: the host of `:PORT` (a listener's: every address of this machine)."""
     host, colon, port = text.rpartition(":")
     unbracketed = ":" in host and not (host.startswith("[") and host.endswith("]"))
     if unbracketed and (error := _unbracketed(text, host, port_example)):
@@ -167,14 +168,16 @@ def address(text: str, *, port_example: int = 1883) -> tuple[str, int]:
         )
     if not is_host_name(host.strip("[]")):  # the XMPP component logged a traceback per retry
         raise argparse.ArgumentTypeError(f"{text!r}: the host is no host name: {HOST_NAME_RULE}")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    return host.strip("[]") or no_host, int(port)
 
 
 def xmpp_server(text: str) -> tuple[str, int]:
     """--xmpp-server: an `address` whose examples name XEP-0114's port. They named MQTT's,
     1883, where serve's own listener may be: a component sent there connects, and no XMPP
-    stream ever answers it."""
-    return address(text, port_example=5347)
+    stream ever answers it. `:5347` is this machine's, as the flag's default: it connected
+    to 0.0.0.0, a listener's every address, which no connection is meant for (Linux takes
+    it for this machine, other systems refuse it)."""
+    return address(text, port_example=5347, no_host="127.0.0.1")
 
 
 def _unbracketed(text: str, host: str, port_example: int) -> str:

@@ -111,3 +111,26 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
         if action.option_strings and action.help is None
     ]
     assert bare == []
+
+
+@pytest.mark.parametrize(
+    ("given", "server"),
+    [
+        (":5347", ("127.0.0.1", 5347)),
+        ("[]:5347", ("127.0.0.1", 5347)),
+        ("xmpp.example.org:5347", ("xmpp.example.org", 5347)),
+        ("[::1]:5347", ("::1", 5347)),
+    ],
+)
+def test_an_xmpp_server_without_its_host_is_this_machines_loopback(
+    given: str, server: tuple[str, int]
+) -> None:
+    """`--xmpp-server :5347` connected to 0.0.0.0, as `--mqtt :1883` listens on every address:
+    a connection goes to one host, and the default's is 127.0.0.1 (docs/cli.md)."""
+    words = ["serve", "--no-mqtt", "--xmpp-component", "q.example.org", "--xmpp-server", given]
+    assert cli_parser.parser().parse_args(words).xmpp_server == server
+
+
+def test_an_mqtt_listener_without_its_host_still_listens_on_every_address() -> None:
+    args = cli_parser.parser().parse_args(["serve", "--mqtt", ":1883"])
+    assert args.mqtt == [("0.0.0.0", 1883)]

@@ -90,6 +90,18 @@ class QueueComponent(ComponentXMPP):
         than all the rest of an item (docs/xmpp.md, Performance). Anything else (the
         handshake, stream errors) takes slixmpp's usual way."""
         xml = self.incoming_filter(xml)  # type: ignore[no-untyped-call]  # jabber:client -> ours
+        try:
+            self._serve(xml)
+        except Exception:
+            # Raised, it left slixmpp's data_received (slixmpp guards its own handlers, which
+            # these stanzas bypass), and asyncio closed the transport: the stream ended, an
+            # OSError without a word, every notification in flight and the stanzas read
+            # with it lost, the sender unanswered.
+            log.exception("%s not served", _described(xml))
+            self.service.unserved(xml)
+            self._poll_soon()
+
+    def _serve(self, xml: Element) -> None:
         tag, kind = xml.tag, xml.get("type", "")
         if tag == _IQ:
             if kind in ("get", "set"):
@@ -246,6 +258,15 @@ class QueueComponent(ComponentXMPP):
         self.cancel_connection_attempt()
         if self.transport is not None:
             await self.disconnect(wait=1.0)
+
+
+def _described(stanza: Element) -> str:
+    """How a log line names a stanza: `set iq 'a1' from alice@example.org/r`, `unavailable
+    presence from ...` (an id cut at 80 characters, as the service's lines cut it)."""
+    words = [stanza.get("type", ""), stanza.tag.rsplit("}", 1)[-1]]
+    if (stanza_id := stanza.get("id")) is not None:
+        words.append(repr(stanza_id[:80]))
+    return " ".join(word for word in words if word) + f" from {stanza.get('from', '?')}"
 
 
 async def run_component(box: Box, settings: XmppSettings, stop: asyncio.Event) -> None:

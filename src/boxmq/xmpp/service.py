@@ -157,6 +157,10 @@ _TEXT_KEPT: Final = 1000
 # groupchat comes from a room, which would hand an error to every occupant, or send it back.
 _UNANSWERED: Final = frozenset({"headline", "groupchat"})
 
+# The types of a bounced error that say try later, or send otherwise (RFC 6120 §8.3.2):
+# the subscription stays (_says_gone).
+_TEMPORARY: Final = frozenset({"wait", "modify"})
+
 Send = Callable[[str], None]
 
 
@@ -218,9 +222,7 @@ class QueueService:
     def iq(self, element: Element) -> None:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
-        if len(iq.id) + len(iq.sender) + len(iq.to) > self._surely_answerable and (
-            self._unanswerable(iq)
-        ):
+        if self._unanswerable(iq):
             return
         if self._closed:
             # The stream lasts a moment after the close (until the server's </stream>): a
@@ -272,7 +274,10 @@ class QueueService:
         stanza size limit. Such an iq is not served, and is logged: its result or error
         would pass the limit and end the component's stream (a `>` a client writes as one
         byte in an attribute is `&gt;` in the answer), and served unanswered, a publish
-        would be stored for a publisher told nothing."""
+        would be stored for a publisher told nothing. Measured only for an envelope long
+        enough to come near it."""
+        if len(iq.id) + len(iq.sender) + len(iq.to) <= self._surely_answerable:
+            return False
         size = len(render.result(iq).encode())
         if size <= self._stanza_size_limit - ENVELOPE:
             return False
@@ -366,6 +371,30 @@ class QueueService:
             log.exception(doing, *args)
             return INTERNAL, "", None
 
+    def unserved(self, element: Element) -> None:
+        """A stanza whose serving raised (a bug, or the file system failing where no answer
+        handles it), its traceback logged by the caller: its sender is answered
+        internal-server-error, of type wait (RFC 6120 §8.3.3.5), if it asked for an answer:
+        an iq get/set, or a message other than an error, a headline or a groupchat. A result,
+        an error or a presence is never answered with an error (§8.3.1). The answer is made
+        from the envelope alone, without the request echoed: the parse may be what failed."""
+        kind = element.get("type", "")
+        sender, to, stanza_id = element.get("from", ""), element.get("to", ""), element.get("id")
+        name = element.tag.rsplit("}", 1)[-1]
+        if name == "iq" and kind in ("get", "set"):
+            iq = Iq(id=stanza_id or "", type=kind, sender=sender, to=to, child=None, children=0)
+            if self._unanswerable(iq):
+                return
+            answer = partial(self._send_error, iq, INTERNAL, inner="")
+        elif name == "message" and kind != "error":
+            message = Unacknowledged(stanza_id, kind, sender, to, element)
+            answer = partial(self._refuse_message, message, INTERNAL, "")
+        else:
+            return
+        self._or_logged(
+            answer, "internal-server-error to %s %.80s from %s not sent", name, stanza_id, sender
+        )
+
     def gone(self, jid: str) -> None:
         """XEP-0254 §4: unavailable presence (or a bounce): unlock all it held, unsubscribe.
         `jid` as the stanza's `from` wrote it: compared in the form its requests were (jids.py).
@@ -384,12 +413,13 @@ class QueueService:
                 self._end(subscription)
 
     def message(self, element: Element) -> None:
-        """A <message/> to the component. Of type error, one the server bounced: its sender
-        is gone (XEP-0254 §4), if it is a subscriber's full JID; nothing is stored or
-        answered. Any other is urn:xmpp:qos's at-most-once level, put on the node its address
-        names as an <acknowledged/> one is (_put_on_node), and answered only if refused."""
+        """A <message/> to the component. Of type error, one the server or a client bounced:
+        its sender is gone (XEP-0254 §4), if it is a subscriber's full JID and the error says
+        it is gone or refuses (_says_gone); nothing is stored or answered. Any other is
+        urn:xmpp:qos's at-most-once level, put on the node its address names as an
+        <acknowledged/> one is (_put_on_node), and answered only if refused."""
         if element.get("type") == "error":
-            self.gone(element.get("from", ""))
+            self._bounced(element)
             return
         message = parse_message(element)
 
@@ -409,6 +439,27 @@ class QueueService:
             condition.name,
             message.id,
             message.sender,
+        )
+
+    def _bounced(self, element: Element) -> None:
+        """An error bounced to the service: the end of its sender's subscriptions if it says
+        the sender is gone or refuses; one that says to try later (a full offline store:
+        wait resource-constraint) leaves them, and the item it bounced comes back at its
+        lock timeout, as a silence (a subscriber that bounces every item is dropped after
+        SILENT_TIMEOUTS of them). Every bounce ended them, a subscriber still there
+        stopped getting items, told nothing."""
+        sender = element.get("from", "")
+        error = _error_of(element)
+        if _says_gone(error):
+            self.gone(sender)
+            return
+        kind, condition = error
+        log.debug(  # not info: a peer that sends errors in a loop would write a line each
+            "%s bounced a message (%s %s): its subscriptions stay, the item comes back at its "
+            "lock timeout",
+            sender,
+            kind,
+            condition,
         )
 
     def _refuse_message(self, message: Unacknowledged, condition: Condition, text: str) -> None:
@@ -1429,6 +1480,28 @@ def _node_of(to: str) -> str:
     if not at or not local:
         raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
     return _JID_ESCAPE.sub(lambda escape: chr(int(escape[1], 16)), local)
+
+
+def _error_of(stanza: Element) -> tuple[str, str]:
+    """The type and the defined condition of a stanza's <error/> (RFC 6120 §8.3.2), each ""
+    if missing. The child keeps the namespace its sender wrote (slixmpp's filter renames the
+    stanza's own tag alone): jabber:client or jabber:component:accept."""
+    for child in stanza:
+        if child.tag.rsplit("}", 1)[-1] == "error":
+            conditions = (c.tag for c in child if c.tag.startswith("{" + ns.STANZAS + "}"))
+            condition = next(conditions, "").rsplit("}", 1)[-1]
+            return child.get("type", ""), condition
+    return "", ""
+
+
+def _says_gone(error: tuple[str, str]) -> bool:
+    """Whether a bounced error says its sender is gone or refuses the notifications, which
+    ends its subscriptions: the types cancel and auth, whose errors are not to be retried
+    (RFC 6120 §8.3.2), and recipient-unavailable of any type, a session gone, which the
+    server answers for a full JID (RFC 6120 §8.3.3.13). wait and modify say try later, or
+    send otherwise: temporary (XEP-0060 §12). Without a known type, gone, as before."""
+    kind, condition = error
+    return kind not in _TEMPORARY or condition == "recipient-unavailable"
 
 
 def _stamped(message: Element, *, sender: str, to: str) -> bytes:
