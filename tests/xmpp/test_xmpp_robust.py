@@ -86,7 +86,7 @@ def test_a_store_failure_as_a_subscriber_leaves_keeps_the_stream_and_the_item(
     [logged] = _tracebacks(caplog)
     assert logged.name == "boxmq.xmpp"
     assert isinstance(logged.exc_info[1], OSError)  # type: ignore[index]
-    assert "unavailable presence from alice@localhost/r" in logged.getMessage()
+    assert logged.getMessage() == "alice@localhost/r left: its subscription to jobs not ended"
     # Nothing lost: still in processing/ under alice's lock, which the sweep gives back at
     # its deadline (docs/xmpp.md)
     assert box.queue("jobs").counts().locked == 1
@@ -217,3 +217,37 @@ def test_a_bounce_that_says_gone_or_refused_ends_the_subscription(
             await until_async(lambda: item in bob.received, "alice's item never reached bob")
 
     run(scenario())
+
+
+def test_a_store_failure_ending_one_subscription_of_a_leaver_ends_the_others(
+    prosody: Prosody, box: boxmq.Box, other_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # gone() ended a leaver's subscriptions one after another and stopped at the first that
+    # failed: alice's item of `other`, a node whose store works, stayed locked to her, gone,
+    # until its lock timed out (30 s here), where bob was waiting for it.
+    box.queue("other")
+    target = Path(queue_path(box.root, "jobs")) / "target"
+
+    async def scenario() -> None:
+        async with (
+            component(prosody, box),
+            clients(prosody, "alice", "bob", "carol") as [alice, bob, carol],
+        ):
+            await alice.subscribe(1)  # first: the one that fails
+            await alice.subscribe(1, "other")
+            job = await carol.publish("<job xmlns='urn:example'>kept</job>")
+            assert (await alice.next_event()).item == job
+            item = await carol.publish("<job xmlns='urn:example'>moved</job>", "other")
+            assert (await alice.next_event()).item == item
+            await bob.subscribe(1, "other")
+            target.rmdir()  # empty: the item is alice's, in processing/
+            target.symlink_to(other_disk, target_is_directory=True)
+            await alice.disconnect(wait=0.5)  # Prosody tells the service: unavailable
+            assert (await asyncio.wait_for(bob.next_event(), 10)).item == item
+
+    with caplog.at_level(logging.ERROR):
+        run(scenario())
+    [logged] = _tracebacks(caplog)
+    assert isinstance(logged.exc_info[1], OSError)  # type: ignore[index]
+    assert logged.getMessage() == "alice@localhost/r left: its subscription to jobs not ended"
+    assert box.queue("jobs").counts().locked == 1  # kept under alice's lock, for the sweep

@@ -410,7 +410,15 @@ class QueueService:
         with self._box.topics.ending_together():
             for subscription in self._subscriptions.of_jid(jid):
                 self._touched.add(subscription.node)
-                self._end(subscription)
+                # One node's store failing must not keep the leaver's items of the others
+                # locked to no one until their lock timeouts: each ends on its own. What
+                # the failed one held stays in processing/ under its lock, for the sweep.
+                try:
+                    self._end(subscription)
+                except Exception:
+                    log.exception(
+                        "%s left: its subscription to %s not ended", jid, subscription.node
+                    )
 
     def message(self, element: Element) -> None:
         """A <message/> to the component. Of type error, one the server or a client bounced:
