@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from boxmq import cli_output as output
 from boxmq import cli_types as types
 from boxmq.client import Box, Queue
 from boxmq.core.topics import SHARE_PREFIX
@@ -74,10 +75,9 @@ def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
         subscribers = [i.subscriber for i in box.topics.subscriptions() if i.filter == name]
         if not subscribers:
             raise
-        names = ", ".join(str(s) for s in subscribers)
         raise QueueNotFound(
-            f"{error}; {name!r} is the filter of the durable subscription(s) of {names}: "
-            "add --subscriber NAME"
+            f"{error}; {name!r} is the filter of the durable subscription(s) of "
+            f"{output.cells(subscribers)}: add --subscriber NAME"
         ) from None
 
 

@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 __all__ = [
     "OutputError",
     "cell",
+    "cells",
     "emit",
     "err",
     "expires",
     "flush",
     "json_body",
     "listed",
+    "of",
     "out",
     "out_bytes",
     "out_json_with_body",
@@ -149,6 +151,17 @@ def cell(value: object) -> str:
     ):
         return said(repr(text))
     return shown(text).translate(_CONTROLS)
+
+
+def cells(values: Iterable[object]) -> str:
+    """Names in a line, each as `cell` shows it, comma-separated."""
+    return ", ".join(cell(value) for value in values)
+
+
+def of(filter: str, subscriber: object) -> str:
+    """A durable subscription (or share group) and its subscriber (or member) named in a
+    line, `news/# of reader`, each as `cell` shows it, as `ls` does."""
+    return f"{cell(filter)} of {cell(subscriber)}"
 
 
 # A byte that is not UTF-8 (a surrogate escape, PEP 383) as repr() writes it, after an even

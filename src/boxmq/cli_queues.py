@@ -185,7 +185,7 @@ def delete(args: argparse.Namespace, box: Box) -> int:
         # Their consumers' acks would find no message, and a consumer still taking messages
         # moves them under the delete: it should be stopped first (docs/cli.md).
         raise Conflict(
-            f"{args.queue}: {len(locks)} message(s) locked{_held_by(locks)}; "
+            f"{output.cell(args.queue)}: {len(locks)} message(s) locked{_held_by(locks)}; "
             "or --force deletes those with the rest"
         )
     return _delete(args, box)
@@ -273,30 +273,30 @@ def _unsubscribe_line(box: Box, name: str) -> str | None:
         said.append(f"`{shlex.join(['boxmq', 'unsubscribe', name, '--name', kept[0]])}` ends it")
     elif kept:
         line = shlex.join(["boxmq", "unsubscribe", name])
-        said.append(f"`{line} --name N` ends each (N: {', '.join(kept)})")
+        said.append(f"`{line} --name N` ends each (N: {output.cells(kept)})")
     if len(sessions) == 1:
         said.append(
-            f"that of the MQTT session of {sessions[0]} ends when its client unsubscribes "
-            "(UNSUBSCRIBE), or connects once with a clean start"
+            f"that of the MQTT session of {output.cell(sessions[0])} ends when its client "
+            "unsubscribes (UNSUBSCRIBE), or connects once with a clean start"
         )
     elif sessions:
         said.append(
-            f"those of the MQTT sessions of {', '.join(sessions)} end when each client "
+            f"those of the MQTT sessions of {output.cells(sessions)} end when each client "
             "unsubscribes (UNSUBSCRIBE), or connects once with a clean start"
         )
     if len(clients) == 1:
         said.append(
-            f"that of the MQTT client {clients[0]}, connected with a session that is not "
-            "persistent, ends when it unsubscribes (UNSUBSCRIBE) or disconnects"
+            f"that of the MQTT client {output.cell(clients[0])}, connected with a session that "
+            "is not persistent, ends when it unsubscribes (UNSUBSCRIBE) or disconnects"
         )
     elif clients:
         said.append(
-            f"those of the MQTT clients {', '.join(clients)}, connected with sessions that are "
+            f"those of the MQTT clients {output.cells(clients)}, connected with sessions that are "
             "not persistent, end when each unsubscribes (UNSUBSCRIBE) or disconnects"
         )
     said.extend(
-        f"that of the XMPP subscriber {reader} of the topic node {node!r} ends when it "
-        "unsubscribes (XEP-0060 unsubscribe) or goes offline"
+        f"that of the XMPP subscriber {output.cell(reader)} of the topic node {node!r} ends "
+        "when it unsubscribes (XEP-0060 unsubscribe) or goes offline"
         for reader, node in xmpp.items()
     )
     return "; ".join(said) or None

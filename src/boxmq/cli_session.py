@@ -176,15 +176,15 @@ def holding_server(record: SessionRecord, *, force: bool) -> str | None:
         return None
     how = "its client is connected to" if record.holder is not None else "kept by"
     server = f"boxmq serve, process {token_pid(token)}"
+    session = f"session of client {output.cell(record.client_id)}"
     if alive:
         return (
-            f"session of client {record.client_id}: {how} {server}, which still runs and "
-            "holds it; its client connects once with a clean start to end it, or stop "
-            "that server first"
+            f"{session}: {how} {server}, which still runs and holds it; its client connects "
+            "once with a clean start to end it, or stop that server first"
         )
     return (
-        f"session of client {record.client_id}: {how} {server} on another machine (this "
-        "one cannot tell if it runs); if that process stopped for good, --force ends it"
+        f"{session}: {how} {server} on another machine (this one cannot tell if it runs); "
+        "if that process stopped for good, --force ends it"
     )
 
 
@@ -193,7 +193,7 @@ def end(args: argparse.Namespace, box: Box) -> int:
     record = read_record(box.root, client_id)
     if record is None:
         raise QueueNotFound(
-            f"no persistent MQTT session of client {client_id} under {box.root} "
+            f"no persistent MQTT session of client {output.cell(client_id)} under {box.root} "
             "(see `boxmq session ls`)"  # as a queue that is not there: see `boxmq ls`
         )
     if (refused := holding_server(record, force=args.force)) is not None:

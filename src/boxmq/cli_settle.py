@@ -69,7 +69,7 @@ def check_may_get(args: argparse.Namespace, box: Box) -> None:
     # Queue.get refuses it too, in the API's words: here first, in the command's.
     if (whose := box.topics.reader_named(args.queue, args.subscriber, consumer)) is not None:
         raise InvalidArgument(
-            f"{consumer} is {whose}: a lock under its name could not be told "
+            f"{output.cell(consumer)} is {whose}: a lock under its name could not be told "
             "from its own (peek's LOCKED-BY, the settles' --consumer). Give get "
             "another --consumer (the default is cli)"
         )
@@ -81,9 +81,9 @@ def check_may_get(args: argparse.Namespace, box: Box) -> None:
     _refuse_while_it_runs(
         process,
         lambda where: (
-            f"{args.queue} of {args.subscriber} is read by {who}, and that process {where}: a "
-            "durable subscription has one reader, which takes its messages in order, and get "
-            "would take one from under it"
+            f"{output.of(args.queue, args.subscriber)} is read by {who}, and "
+            f"that process {where}: a durable subscription has one reader, which takes its "
+            "messages in order, and get would take one from under it"
         ),
         while_alive="Let that reader take it, or stop that process first",
         forced="takes it",
@@ -100,11 +100,7 @@ def _reader(args: argparse.Namespace, box: Box) -> tuple[str, str]:
     session = record_named(box.root, args.subscriber)
     if session is None or not session.made(args.queue) or session.held_by is None:
         return "", ""
-    process = session.held_by
-    return (
-        process,
-        f"the MQTT session of client {session.client_id} ({_where_held(session, process)})",
-    )
+    return session.held_by, _held_session(session, session.held_by)
 
 
 def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> None:
@@ -117,7 +113,10 @@ def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> 
     if token == GET_TOKEN:
         return  # `get`'s: no process counts on it, whoever joined under its name since
     if token:
-        process, who = token, f"{args.consumer}, whose lock names process {token_pid(token)}"
+        process, who = (
+            token,
+            f"{output.cell(args.consumer)}, whose lock names process {token_pid(token)}",
+        )
     else:
         record = record_named(box.root, args.consumer)
         if record is None or not record.made(args.queue):
@@ -125,8 +124,7 @@ def check_no_live_holder(args: argparse.Namespace, box: Box, dropbox: Queue) -> 
         held_by = record.held_by
         if held_by is None:
             return  # no server holds its session: the one that did stopped, or restarted
-        process = held_by
-        who = f"the MQTT session of client {record.client_id} ({_where_held(record, process)})"
+        process, who = held_by, _held_session(record, held_by)
     _refuse_while_it_runs(
         process,
         lambda where: (
@@ -159,6 +157,12 @@ def _refuse_while_it_runs(
     if alive:
         raise InvalidArgument(f"{said(where)}. {while_alive}")
     raise InvalidArgument(f"{said(where)}. If that process stopped for good, --force {forced}")
+
+
+def _held_session(record: SessionRecord, process: str) -> str:
+    """The session `process` holds, named for a refusal with where it is held."""
+    client = output.cell(record.client_id)
+    return f"the MQTT session of client {client} ({_where_held(record, process)})"
 
 
 def _where_held(record: SessionRecord, process: str) -> str:

@@ -75,8 +75,9 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
             ends = shlex.join(["boxmq", "unsubscribe", args.filter, "--name", args.subscriber])
             output.err(
                 output.said(
-                    f"boxmq subscribe: reading the kept {what} {output.cell(args.filter)} of "
-                    f"{output.cell(args.subscriber)}; it stays after this run (`{ends}` ends it)"
+                    f"boxmq subscribe: reading the kept {what} "
+                    f"{output.of(args.filter, args.subscriber)}; it stays after this run "
+                    f"(`{ends}` ends it)"
                 ),
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle
@@ -94,8 +95,8 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
                         # `boxmq unsubscribe` from another shell: nothing comes any more, and
                         # the run would wait for it, forever without --idle.
                         raise QueueNotFound(
-                            f"{args.filter} of {args.subscriber} was ended while this run "
-                            "read it (`boxmq unsubscribe`): nothing more can come to it"
+                            f"{output.of(args.filter, args.subscriber)} was ended while this "
+                            "run read it (`boxmq unsubscribe`): nothing more can come to it"
                         )
                     continue
                 with stop.at_once():  # a write blocked on a full pipe ends at a signal
@@ -173,8 +174,8 @@ def _refuse_a_second_run(filter: str, subscriber: str, owner: str) -> None:
     where = "" if alive else " on another machine"
     ends = ["boxmq", "unsubscribe", filter, "--name", subscriber]  # quoted below, for a shell
     raise InvalidArgument(
-        f"{filter} of {subscriber} is read by another process ({pid}{where}), and ends with "
-        f"it: give this run another --name ({_what_another_name_gets(filter)})"
+        f"{output.of(filter, subscriber)} is read by another process ({pid}{where}), and ends "
+        f"with it: give this run another --name ({_what_another_name_gets(filter)})"
         + ("" if alive else f", or end it with `{shlex.join(ends)}`")
     )
 
@@ -193,11 +194,13 @@ def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscri
         return
     if not record.made(filter) and box.topics.has_subscription(filter, subscriber):
         return  # made by this door or the API, never the session's (SessionRecord.made)
-    what = f"{subscriber} is the client id of an MQTT session ({_session_state(record)})"
+    what = (
+        f"{output.cell(subscriber)} is the client id of an MQTT session ({_session_state(record)})"
+    )
     if unsubscribe:
         raise InvalidArgument(
-            f"{what}: its session and its client would still count on {filter}, and wait "
-            "for messages that no longer come. That client unsubscribes (UNSUBSCRIBE), or "
+            f"{what}: its session and its client would still count on {output.cell(filter)}, "
+            "and wait for messages that no longer come. That client unsubscribes (UNSUBSCRIBE), or "
             "ends its whole session, its subscriptions and what they hold, by connecting "
             "once as itself with a clean start (clean session 1)"
         )
@@ -224,11 +227,11 @@ def _refuse_a_connected_client(box: Box, filter: str, subscriber: str) -> None:
         return
     where = "" if process_alive(broker) else " on another machine"
     raise InvalidArgument(
-        f"{subscriber} is the client id of an MQTT client connected to boxmq serve, process "
-        f"{token_pid(broker)}{where}, and {filter} its own: that broker would still send to "
-        "it as a member, and the client wait for messages that no longer come. That client "
-        "unsubscribes (UNSUBSCRIBE), or disconnects: its session is not persistent, and its "
-        "subscriptions end with its connection"
+        f"{output.cell(subscriber)} is the client id of an MQTT client connected to boxmq serve, "
+        f"process {token_pid(broker)}{where}, and {output.cell(filter)} its own: that broker "
+        "would still send to it as a member, and the client wait for messages that no longer "
+        "come. That client unsubscribes (UNSUBSCRIBE), or disconnects: its session is not "
+        "persistent, and its subscriptions end with its connection"
     )
 
 
@@ -255,11 +258,12 @@ def _refuse_an_xmpp_subscriber(box: Box, filter: str, subscriber: str) -> None:
     node, owner = bound
     where = "" if process_alive(owner) else " on another machine"
     raise InvalidArgument(
-        f"{subscriber} is an XMPP subscriber of the topic node {node!r}, served by the XMPP "
-        f"component of boxmq serve, process {token_pid(owner)}{where}, and {filter} its own: "
-        "the component would still send to it, and the subscriber wait for items that no "
-        "longer come. That subscriber unsubscribes (XEP-0060 unsubscribe), or goes offline "
-        "(unavailable presence), which ends its subscription"
+        f"{output.cell(subscriber)} is an XMPP subscriber of the topic node {node!r}, served by "
+        f"the XMPP component of boxmq serve, process {token_pid(owner)}{where}, and "
+        f"{output.cell(filter)} its own: the component would still send to it, and the "
+        "subscriber wait for items that no longer come. That subscriber unsubscribes "
+        "(XEP-0060 unsubscribe), or goes offline (unavailable presence), which ends its "
+        "subscription"
     )
 
 

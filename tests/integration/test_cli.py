@@ -2404,6 +2404,41 @@ def test_session_end_names_its_client_as_ls_does(root: Path) -> None:
     assert ok(root, "session", "end", "c ") == "ended the session of client 'c '\n"
 
 
+def test_delete_s_refusal_names_the_queue_as_ls_does(root: Path) -> None:
+    """The refusal of a queue whose messages are locked named it bare, `a  b: 1 message(s)
+    locked`, where `ls` and delete's own line show `'a  b'` (two blanks are a column gap)."""
+    ok(root, "put", "a  b", "x")
+    ok(root, "get", "a  b")
+    done = boxmq_cli(root, "delete", "a  b")
+    _one_line_refusal(done, "boxmq delete: 'a  b': 1 message(s) locked: 1 by `boxmq get`")
+
+
+def test_a_refusal_names_a_subscription_and_its_subscriber_as_ls_does(root: Path) -> None:
+    """`get` and a second `subscribe` refused under a running run's --name said `news/# of
+    r  x is read by ...`, one name or two for `ls`'s `'r  x'`."""
+    ok(root, "publish", "news/today", "first", "--retain")
+    with _subscribing(root, "--name", "r  x") as sub:
+        try:
+            done = boxmq_cli(root, "get", "news/#", "--subscriber", "r  x")
+            _one_line_refusal(done, f"boxmq get: news/# of 'r  x' is read by process {sub.pid}")
+            done = boxmq_cli(root, "subscribe", "news/#", "--name", "r  x", "--idle", "0")
+            _one_line_refusal(done, "boxmq subscribe: news/# of 'r  x' is read by another")
+        finally:
+            sub.kill()
+            sub.wait(timeout=30)
+
+
+def test_the_refusals_for_an_mqtt_session_name_its_client_as_ls_does(root: Path) -> None:
+    """`session end 'c '` of a session a running server holds, and a `subscribe` under its
+    name, said `session of client c : ...` and `c  is the client id ...`."""
+    held = SessionRecord("c ", 3600, server=process_token(), disconnected_at=time.time())
+    write_record(str(root), held)
+    done = boxmq_cli(root, "session", "end", "c ")
+    _one_line_refusal(done, "boxmq session end: session of client 'c ': kept by boxmq serve")
+    done = boxmq_cli(root, "subscribe", "t ", "--name", "c ", "--idle", "0")
+    _one_line_refusal(done, "boxmq subscribe: 'c ' is the client id of an MQTT session")
+
+
 def test_ls_names_no_two_queue_folders_alike_nor_a_folder_by_a_name_that_misses_it(
     root: Path,
 ) -> None:

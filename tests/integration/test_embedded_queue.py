@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -1048,6 +1049,24 @@ def test_expired_messages_go_to_expired(manual_box: boxmq.Box, clock: ManualCloc
     with jobs.consumer("w", max_in_flight=5) as consumer:
         assert [m.text() for m in drain(consumer)] == ["fresh"]
     assert jobs.counts().expired == 1
+
+
+def test_a_consumer_says_which_ready_messages_it_moved_to_expired(
+    manual_box: boxmq.Box, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A consumer moves what expired in target/ to expired/ as it reads the queue; it did so
+    without a word, where `get` and the sweep of `boxmq serve` say it: an operator saw
+    messages leave target/ with nothing in the log of where they went."""
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"stale", expires_in=60)
+    jobs.put(b"old", expires_in=60)
+    jobs.put(b"fresh")
+    clock.advance(61)
+    with caplog.at_level(logging.INFO, logger="boxmq"), jobs.consumer("w") as consumer:
+        assert [m.text() for m in drain(consumer)] == ["fresh"]
+    said = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
+    assert said == ["jobs: 2 message(s) expired before a consumer took them: moved to expired/"]
+    assert jobs.counts().expired == 2
 
 
 def test_closing_a_consumer_releases_its_locks_to_the_others(box: boxmq.Box) -> None:

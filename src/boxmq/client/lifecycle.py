@@ -41,6 +41,7 @@ __all__ = [
     "set_aside_claimed",
     "set_aside_strays",
     "shown",
+    "tell_expired",
     "unusable",
 ]
 
@@ -93,6 +94,17 @@ def set_aside_claimed(box: Dropbox, queue: str, processing: str, name: str) -> N
     into processing/): from processing/<processing> to error/<name>, logged."""
     if box.move(State.PROCESSING, processing, State.ERROR, name):
         log.error("%s: %s is %s: moved to error/", queue, shown(name), NOT_A_FILE)
+
+
+def tell_expired(queue: str, moved: int) -> None:
+    """Say that a reader of `queue` moved `moved` messages whose expiration passed from
+    target/ to expired/: `boxmq ls` counted them ready, and they left with no one's ack."""
+    if moved:
+        log.info(
+            "%s: %d message(s) expired before a consumer took them: moved to expired/",
+            queue,
+            moved,
+        )
 
 
 def shown(text: str) -> str:

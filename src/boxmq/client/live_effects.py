@@ -14,7 +14,13 @@ import logging
 from typing import Final
 
 from boxmq.client.held_locks import HeldLocks
-from boxmq.client.lifecycle import dead_name, delay_dropped, lock_gone, released_name
+from boxmq.client.lifecycle import (
+    dead_name,
+    delay_dropped,
+    lock_gone,
+    released_name,
+    tell_expired,
+)
 from boxmq.core import (
     Claim,
     DeadLetter,
@@ -83,6 +89,10 @@ class LiveEffects(HeldLocks):
             done = next(index for index, each in enumerate(effects) if each is effect)
             self._unclaim(effects[done:])
             raise
+        finally:
+            if self._expired:  # said once for the batch, as `get` says it
+                tell_expired(self.name, self._expired)
+                self._expired = 0
         return lost
 
     def _unclaim(self, effects: list[Effect]) -> None:
@@ -133,7 +143,7 @@ class LiveEffects(HeldLocks):
                 return self._to_error(message.message_id, held, dead, why)
             case Expire():
                 self._known.pop(message.key, None)
-                self._box.move(State.TARGET, message.key, State.EXPIRED)
+                self._expired += self._box.move(State.TARGET, message.key, State.EXPIRED)
             case Extend(holder=holder, deadline=deadline):
                 old = self._locks[message.message_id]
                 token = "" if holder in self._outliving else self._token

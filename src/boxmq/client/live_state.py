@@ -142,6 +142,7 @@ class LiveState:
         # folder): further off than that, the wall clock was stepped back (`_scan_due`).
         self._scan_lead = 0.0
         self._lost = 0  # claims lost to other processes since the last read of target/
+        self._expired = 0  # moved to expired/ by the effects being applied, not said yet
         self._next_sweep = 0.0
         # What the last read of target/, and the last sweep of processing/ that found it
         # empty, saw of the folder (`_settled`), and the time the read set for the next:

@@ -24,6 +24,7 @@ from boxmq.client.lifecycle import (
     set_aside_claimed,
     set_aside_strays,
     shown,
+    tell_expired,
     unusable,
 )
 from boxmq.client.live_queue import LiveQueue
@@ -509,13 +510,7 @@ class Queue:
     def _expire(self, names: list[str]) -> None:
         """Move to expired/ what get found expired in target/, said once: `boxmq ls` counted
         those READY, and a get that then said "no message is ready" told nothing of them."""
-        moved = sum(self._box.move(State.TARGET, name, State.EXPIRED) for name in names)
-        if moved:
-            log.info(
-                "%s: %d message(s) expired before a consumer took them: moved to expired/",
-                self.name,
-                moved,
-            )
+        tell_expired(self.name, sum(self._box.move(State.TARGET, n, State.EXPIRED) for n in names))
 
     def ack(self, message_id: str, consumer: str = "cli") -> None:
         self._disk.ack(_message_id(message_id), check_consumer_name(consumer))
