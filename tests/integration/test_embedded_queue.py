@@ -1097,6 +1097,34 @@ def test_extend_keeps_the_lock(manual_box: boxmq.Box, clock: ManualClock) -> Non
         message.ack()
 
 
+def test_a_message_s_lock_deadline_is_the_one_its_own_extend_set(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # concepts.md: the holder sees Message.lock_deadline, can extend() before it, and after it
+    # its answers are refused. It stayed the deadline of the delivery: after extend(30) it said
+    # the lock had ended while the holder's ack still settled the message.
+    jobs = manual_box.queue("jobs")
+    jobs.put_many([b"received", b"got"])
+    with jobs.consumer("a", lock_timeout=10) as a:
+        message = a.receive_nowait()
+        assert message is not None
+        clock.advance(8)
+        message.extend(30)
+        assert message.lock_deadline == pytest.approx(clock.now() + 30, abs=0.001)
+        clock.advance(8)
+        message.extend()  # for its lock timeout again
+        assert message.lock_deadline == pytest.approx(clock.now() + 10, abs=0.001)
+        message.extend(1)  # sooner than before
+        assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+        message.ack()
+    got = jobs.get("cli", lock_timeout=10)
+    assert got is not None
+    got.extend(50)
+    assert got.lock_deadline == pytest.approx(clock.now() + 50, abs=0.001)
+    assert jobs.peek(state=State.PROCESSING)[0].lock_deadline == pytest.approx(got.lock_deadline)
+    got.ack()
+
+
 def test_same_consumer_name_twice_in_one_box_is_refused(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     with jobs.consumer("w"), pytest.raises(boxmq.InvalidArgument, match="already open"):

@@ -27,7 +27,7 @@ from boxmq.client.live_effects import why_dead
 from boxmq.client.message import Message
 from boxmq.client.outliving import Outliving
 from boxmq.clock import periodic_due
-from boxmq.core import Claim, Effect, Lease, Release
+from boxmq.core import Claim, Effect, Extend, Lease, Release
 from boxmq.errors import Closed, InvalidArgument
 from boxmq.model import ConsumerId, MessageId
 from boxmq.store.layout import State
@@ -373,13 +373,15 @@ class LiveQueue(Outliving):
         consumer: ConsumerId,
         seconds: float | None,
         delivery: int | None = None,
-    ) -> None:
-        self._settle(
+    ) -> float:
+        effect = self._settle(
             consumer,
             lambda now: self._engine.extend(
                 message_id, consumer, now=now, seconds=seconds, delivery=delivery
             ),
         )
+        assert isinstance(effect, Extend)  # what the engine's extend answers
+        return effect.deadline
 
     def _settle(self, consumer: ConsumerId, decide: _Decision) -> Effect:
         with self._mutex:
