@@ -1125,6 +1125,34 @@ def test_a_message_s_lock_deadline_is_the_one_its_own_extend_set(
     got.ack()
 
 
+def test_a_message_locked_ahead_that_expires_before_the_receive_goes_to_expired(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # concepts.md: a message past its expiration goes to expired/, no consumer given it. One
+    # locked ahead for a consumer (a free slot) was handed out by its receive, expired.
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"lasts")
+    jobs.put(b"brief", expires_in=5)
+    jobs.put(b"next")
+    with jobs.consumer("a", max_in_flight=2, lock_timeout=60) as a:
+        first = a.receive_nowait()
+        assert first is not None
+        assert first.text() == "lasts"
+        assert a.holding() == 2  # "brief" locked ahead
+        clock.advance(6)
+        second = a.receive_nowait()
+        assert second is not None
+        assert second.text() == "next"
+        assert jobs.counts().expired == 1
+        assert [p.envelope.expiration for p in jobs.peek(state=State.EXPIRED)] == [
+            int((clock.now() - 1) * 1000)
+        ]
+        assert a.holding() == 2
+        first.ack()
+        second.ack()
+    assert jobs.counts() == boxmq.QueueCounts(0, 0, 2, 0, 1, 0)
+
+
 def test_same_consumer_name_twice_in_one_box_is_refused(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     with jobs.consumer("w"), pytest.raises(boxmq.InvalidArgument, match="already open"):
