@@ -1153,6 +1153,25 @@ def test_a_message_locked_ahead_that_expires_before_the_receive_goes_to_expired(
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 2, 0, 1, 0)
 
 
+def test_a_queue_consumer_closed_with_keep_locks_releases_what_it_holds(
+    manual_box: boxmq.Box,
+) -> None:
+    # concepts.md: locks are kept on purpose by a subscriber that outlives its process (its
+    # detach), not by a queue's consumer, whose locks name its process; it once said
+    # close(keep_locks=True) kept them.
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"held")
+    a = jobs.consumer("a")
+    message = a.receive_nowait()
+    assert message is not None
+    a.close(keep_locks=True)
+    with jobs.consumer("b") as b:
+        again = b.receive_nowait()
+        assert again is not None
+        assert again.delivery_count == 2
+        again.ack()
+
+
 def test_same_consumer_name_twice_in_one_box_is_refused(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     with jobs.consumer("w"), pytest.raises(boxmq.InvalidArgument, match="already open"):
