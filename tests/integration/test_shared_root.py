@@ -384,3 +384,25 @@ def test_a_message_every_consumer_of_one_box_declined_is_dead_though_another_box
         assert message.decline() == "too-large"
         assert b.receive_nowait() is None
         assert [p.dead for p in other.queue("jobs").peek(state="error")] == ["too-large"]
+
+
+def test_an_answer_by_id_of_a_holder_before_the_last_is_forbidden_its_handle_unexpected(
+    manual_box: boxmq.Box,
+) -> None:
+    # concepts.md: the name records the last holder only, so an answer by id of a consumer that
+    # held the message before it is told Forbidden, as one that never received it; the holder's
+    # own Message, whose lock ended, is told UnexpectedRequest.
+    jobs = manual_box.queue("jobs")
+    message_id = jobs.put(b"passed along")
+    with jobs.consumer("a") as a, jobs.consumer("b") as b:
+        first = a.receive_nowait()
+        assert first is not None
+        first.unlock()
+        second = b.receive_nowait()
+        assert second is not None
+        second.unlock()  # its name now records b
+        with pytest.raises(boxmq.UnexpectedRequest):
+            first.ack()
+        with pytest.raises(boxmq.Forbidden):
+            jobs.ack(message_id, "a")
+        assert jobs.counts().ready == 1
