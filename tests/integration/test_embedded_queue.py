@@ -1097,6 +1097,81 @@ def test_extend_keeps_the_lock(manual_box: boxmq.Box, clock: ManualClock) -> Non
         message.ack()
 
 
+def test_a_message_s_lock_deadline_is_the_one_its_own_extend_set(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # concepts.md: the holder sees Message.lock_deadline, can extend() before it, and after it
+    # its answers are refused. It stayed the deadline of the delivery: after extend(30) it said
+    # the lock had ended while the holder's ack still settled the message.
+    jobs = manual_box.queue("jobs")
+    jobs.put_many([b"received", b"got"])
+    with jobs.consumer("a", lock_timeout=10) as a:
+        message = a.receive_nowait()
+        assert message is not None
+        clock.advance(8)
+        message.extend(30)
+        assert message.lock_deadline == pytest.approx(clock.now() + 30, abs=0.001)
+        clock.advance(8)
+        message.extend()  # for its lock timeout again
+        assert message.lock_deadline == pytest.approx(clock.now() + 10, abs=0.001)
+        message.extend(1)  # sooner than before
+        assert message.lock_deadline == pytest.approx(clock.now() + 1, abs=0.001)
+        message.ack()
+    got = jobs.get("cli", lock_timeout=10)
+    assert got is not None
+    got.extend(50)
+    assert got.lock_deadline == pytest.approx(clock.now() + 50, abs=0.001)
+    assert jobs.peek(state=State.PROCESSING)[0].lock_deadline == pytest.approx(got.lock_deadline)
+    got.ack()
+
+
+def test_a_message_locked_ahead_that_expires_before_the_receive_goes_to_expired(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # concepts.md: a message past its expiration goes to expired/, no consumer given it. One
+    # locked ahead for a consumer (a free slot) was handed out by its receive, expired.
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"lasts")
+    jobs.put(b"brief", expires_in=5)
+    jobs.put(b"next")
+    with jobs.consumer("a", max_in_flight=2, lock_timeout=60) as a:
+        first = a.receive_nowait()
+        assert first is not None
+        assert first.text() == "lasts"
+        assert a.holding() == 2  # "brief" locked ahead
+        clock.advance(6)
+        second = a.receive_nowait()
+        assert second is not None
+        assert second.text() == "next"
+        assert jobs.counts().expired == 1
+        assert [p.envelope.expiration for p in jobs.peek(state=State.EXPIRED)] == [
+            int((clock.now() - 1) * 1000)
+        ]
+        assert a.holding() == 2
+        first.ack()
+        second.ack()
+    assert jobs.counts() == boxmq.QueueCounts(0, 0, 2, 0, 1, 0)
+
+
+def test_a_queue_consumer_closed_with_keep_locks_releases_what_it_holds(
+    manual_box: boxmq.Box,
+) -> None:
+    # concepts.md: locks are kept on purpose by a subscriber that outlives its process (its
+    # detach), not by a queue's consumer, whose locks name its process; it once said
+    # close(keep_locks=True) kept them.
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"held")
+    a = jobs.consumer("a")
+    message = a.receive_nowait()
+    assert message is not None
+    a.close(keep_locks=True)
+    with jobs.consumer("b") as b:
+        again = b.receive_nowait()
+        assert again is not None
+        assert again.delivery_count == 2
+        again.ack()
+
+
 def test_same_consumer_name_twice_in_one_box_is_refused(box: boxmq.Box) -> None:
     jobs = box.queue("jobs")
     with jobs.consumer("w"), pytest.raises(boxmq.InvalidArgument, match="already open"):

@@ -363,3 +363,46 @@ def test_an_unlock_s_delay_and_delivery_count_hold_in_another_box(
     assert files(root, "jobs", "target") == []
     [dead] = files(root, "jobs", "error")
     assert "bx_dcI=2" in dead
+
+
+def test_a_message_every_consumer_of_one_box_declined_is_dead_though_another_box_has_one(
+    root: Path,
+) -> None:
+    # concepts.md: a decline sends the message to error/ once every consumer of its process
+    # declined it; a consumer of another process is not known there (it once said "every
+    # consumer", as if those of other processes were waited for).
+    with (
+        boxmq.open(root, fsync="never") as declining,
+        boxmq.open(root, fsync="never") as other,
+        other.queue("jobs").consumer("b") as b,
+        declining.queue("jobs").consumer("a") as a,
+    ):
+        assert b.receive_nowait() is None
+        declining.queue("jobs").put(b"too large for a")
+        message = a.receive(timeout=5)
+        assert message is not None
+        assert message.decline() == "too-large"
+        assert b.receive_nowait() is None
+        assert [p.dead for p in other.queue("jobs").peek(state="error")] == ["too-large"]
+
+
+def test_an_answer_by_id_of_a_holder_before_the_last_is_forbidden_its_handle_unexpected(
+    manual_box: boxmq.Box,
+) -> None:
+    # concepts.md: the name records the last holder only, so an answer by id of a consumer that
+    # held the message before it is told Forbidden, as one that never received it; the holder's
+    # own Message, whose lock ended, is told UnexpectedRequest.
+    jobs = manual_box.queue("jobs")
+    message_id = jobs.put(b"passed along")
+    with jobs.consumer("a") as a, jobs.consumer("b") as b:
+        first = a.receive_nowait()
+        assert first is not None
+        first.unlock()
+        second = b.receive_nowait()
+        assert second is not None
+        second.unlock()  # its name now records b
+        with pytest.raises(boxmq.UnexpectedRequest):
+            first.ack()
+        with pytest.raises(boxmq.Forbidden):
+            jobs.ack(message_id, "a")
+        assert jobs.counts().ready == 1

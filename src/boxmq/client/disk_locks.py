@@ -110,14 +110,17 @@ class DiskSettler:
         consumer: ConsumerId,
         seconds: float | None,
         delivery: str | None = None,
-    ) -> None:
+    ) -> float:
+        """The lock's new deadline, epoch seconds, as its name now says it."""
         if seconds is None:
             raise InvalidArgument("say for how many seconds to extend the lock")
         check_seconds("a lock extension", seconds)
         name, processing, lock = self._held(message_id, consumer, delivery)
-        new = locked_name(name, Lock(lock.owner, int((self._now() + seconds) * 1000), lock.token))
+        deadline_ms = int((self._now() + seconds) * 1000)
+        new = locked_name(name, Lock(lock.owner, deadline_ms, lock.token))
         if not self._box.move(State.PROCESSING, processing, State.PROCESSING, new):
             raise self._lost(message_id, consumer, delivery)
+        return deadline_ms / 1000
 
     def lock_process(self, message_id: MessageId, consumer: ConsumerId) -> str | None:
         """The process token of the lock `consumer` holds on the message ("": bound to no
@@ -223,9 +226,9 @@ class GotLock:
         consumer: ConsumerId,
         seconds: float | None,
         delivery: int | None,
-    ) -> None:
+    ) -> float:
         seconds = self.lock_timeout if seconds is None else seconds
-        self.disk.extend(message_id, consumer, seconds, self.name)
+        return self.disk.extend(message_id, consumer, seconds, self.name)
 
 
 def _check_found(

@@ -142,8 +142,12 @@ class LiveEffects(HeldLocks):
                 dead = dead_name(message.key, why, holder=holder, delivery_count=count)
                 return self._to_error(message.message_id, held, dead, why)
             case Expire():
-                self._known.pop(message.key, None)
-                self._expired += self._box.move(State.TARGET, message.key, State.EXPIRED)
+                held = self._locks.pop(message.message_id, None)
+                if held is None:
+                    self._known.pop(message.key, None)
+                    self._expired += self._box.move(State.TARGET, message.key, State.EXPIRED)
+                else:  # locked ahead, and expired before its receive: under its own name
+                    self._expired += self._move_lock(held, State.EXPIRED, message.key) is not None
             case Extend(holder=holder, deadline=deadline):
                 old = self._locks[message.message_id]
                 token = "" if holder in self._outliving else self._token

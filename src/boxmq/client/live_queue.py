@@ -27,7 +27,7 @@ from boxmq.client.live_effects import why_dead
 from boxmq.client.message import Message
 from boxmq.client.outliving import Outliving
 from boxmq.clock import periodic_due
-from boxmq.core import Claim, Effect, Lease, Release
+from boxmq.core import Claim, Effect, Extend, Lease, Release
 from boxmq.errors import Closed, InvalidArgument
 from boxmq.model import ConsumerId, MessageId
 from boxmq.store.layout import State
@@ -373,13 +373,15 @@ class LiveQueue(Outliving):
         consumer: ConsumerId,
         seconds: float | None,
         delivery: int | None = None,
-    ) -> None:
-        self._settle(
+    ) -> float:
+        effect = self._settle(
             consumer,
             lambda now: self._engine.extend(
                 message_id, consumer, now=now, seconds=seconds, delivery=delivery
             ),
         )
+        assert isinstance(effect, Extend)  # what the engine's extend answers
+        return effect.deadline
 
     def _settle(self, consumer: ConsumerId, decide: _Decision) -> Effect:
         with self._mutex:
@@ -463,6 +465,8 @@ class LiveQueue(Outliving):
             if processing is None:
                 self._forget(message_id)
                 continue
+            if lease.message.expiration and self._expired_unseen(message_id, consumer):
+                continue
             body = self._bodies.pop(lease.message.key, None)  # our own put's, if kept
             if body is None and (body := self._read(processing, lease.message.key)) is None:
                 # Gone from processing/, or renamed there by an extend by id from another
@@ -485,6 +489,19 @@ class LiveQueue(Outliving):
                 self.queue, envelope, body, consumer, lease.deadline, self, self.v5, lease.delivery
             )
         return None
+
+    def _expired_unseen(self, message_id: MessageId, consumer: ConsumerId) -> bool:
+        """Whether the message locked ahead for `consumer` expired before this receive took
+        it: then it goes to expired/, as a ready one does, and nobody is given it. One taken
+        back (adopted) was received before, in another process: it is handed out."""
+        if message_id in self._adopted:
+            return False
+        expired = self._engine.expire_claimed(message_id, consumer, now=self._clock.now())
+        if expired is None:
+            return False
+        self._bodies.pop(expired.message.key, None)
+        self._apply_all([expired])
+        return True
 
     def _pump(self, consumer: ConsumerId) -> None:
         """Take in the folder's news, then hand out. The news is read first, unless it was

@@ -43,13 +43,14 @@ class Settler(Protocol):
     def decline(
         self, message_id: MessageId, consumer: ConsumerId, delivery: int | None
     ) -> str | None: ...
+    # The lock's new deadline, epoch seconds (None: no lock to extend, as at most once).
     def extend(
         self,
         message_id: MessageId,
         consumer: ConsumerId,
         seconds: float | None,
         delivery: int | None,
-    ) -> None: ...
+    ) -> float | None: ...
 
 
 @cheap_init
@@ -61,7 +62,9 @@ class Message:
     envelope: Envelope
     body: bytes
     consumer: ConsumerId
-    lock_deadline: float  # epoch seconds; after it the lock times out and the message moves on
+    # Epoch seconds; after it the lock times out and the message moves on. Set at delivery and
+    # by this handle's extend (an extend by id from elsewhere is not seen here).
+    lock_deadline: float
     _settler: Settler
     _v5: V5Reader | None = None  # decodes MQTT v5 properties (None: the name's own only)
     # Which delivery of the message to `consumer` this is (Settler): a handle kept past its
@@ -161,8 +164,11 @@ class Message:
         return self._settler.decline(self.id, self.consumer, self._delivery)
 
     def extend(self, seconds: float | None = None) -> None:
-        """Still working on it: push the lock deadline to now + seconds (or the lock timeout)."""
-        self._settler.extend(self.id, self.consumer, seconds, self._delivery)
+        """Still working on it: push the lock deadline to now + seconds (or the lock timeout),
+        which `lock_deadline` then says: the holder reads it to know when to extend again."""
+        deadline = self._settler.extend(self.id, self.consumer, seconds, self._delivery)
+        if deadline is not None:
+            object.__setattr__(self, "lock_deadline", deadline)  # frozen but for this
 
 
 def qos_of(stored: object) -> int:

@@ -205,8 +205,8 @@ class _AtMostOnce:
         consumer: ConsumerId,
         seconds: float | None,
         delivery: int | None,
-    ) -> None:
-        pass
+    ) -> float | None:
+        return None
 
 
 _AT_MOST_ONCE = _AtMostOnce()

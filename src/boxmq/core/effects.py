@@ -4,7 +4,8 @@ Invariants:
 - Effects are values; the engine has already updated its own state when it returns one.
 - Each effect names exactly one state change of one file (DESIGN.md §1): `Claim` target →
   processing, `Finish` processing → processed, `Release` processing → target, `DeadLetter`
-  processing → error, `Expire` target → expired, `Extend` processing → processing.
+  processing → error, `Expire` target → expired (or processing → expired, a claim its holder
+  had not received yet: `expire_claimed`), `Extend` processing → processing.
 - After `Finish`, `Release`, `DeadLetter` and `Expire` the engine no longer holds the message as
   ready; a released one comes back through `QueueEngine.offer` with its new key.
 """
@@ -103,7 +104,8 @@ class DeadLetter:
 @cheap_init
 @dataclass(frozen=True, slots=True)
 class Expire:
-    """Its expiration passed before it was delivered: target → expired."""
+    """Its expiration passed before it was delivered: target → expired (processing →
+    expired for a message claimed ahead and not received yet: QueueEngine.expire_claimed)."""
 
     message: Ready
 

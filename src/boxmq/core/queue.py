@@ -162,6 +162,18 @@ class QueueEngine:
         self._leases.drop(message_id)
         return self._given_back(lease)
 
+    def expire_claimed(
+        self, message_id: MessageId, consumer: ConsumerId, *, now: float
+    ) -> Expire | None:
+        """A message claimed ahead for `consumer`, about to be received: Expire if its
+        expiration has passed by `now` (the lease dropped: nobody is given an expired
+        message, and nobody saw this one), else None and the lease stays."""
+        lease = self._held(message_id, consumer, None)
+        if not lease.message.expired(now):
+            return None
+        self._forget(message_id)
+        return Expire(lease.message)
+
     def remove_consumer(self, consumer: ConsumerId, *, now: float) -> list[Effect]:
         """The owner is gone: release all its leases at once (XEP-0254 §4)."""
         if consumer not in self._consumers:

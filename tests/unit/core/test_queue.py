@@ -24,7 +24,7 @@ from boxmq.core import (
     ReleaseReason,
 )
 from boxmq.core.ready import Lane
-from boxmq.errors import InvalidArgument, UnexpectedRequest
+from boxmq.errors import InvalidArgument, ItemNotFound, UnexpectedRequest
 from boxmq.model import ConsumerId, MessageId
 
 T0 = 1_700_000_000.0
@@ -326,6 +326,24 @@ def test_a_claim_given_back_keeps_its_delivery_count() -> None:
     assert claimed(engine.dispatch(now=T0)) == [("m", "b")]  # the paused A is passed by
     with pytest.raises(UnexpectedRequest):
         engine.give_back(MessageId("m"), A)  # not its any more
+
+
+def test_a_claim_whose_message_expired_before_its_receive_is_expired_not_handed_out() -> None:
+    # concepts.md: a message past its expiration goes to expired/ and no consumer is given it;
+    # one locked ahead for a consumer is not given it until its receive.
+    engine = engine_with(A, B, slots=2)
+    engine.offer(ready("lasts", sequence=1), now=T0)
+    engine.offer(ready("brief", sequence=2, expiration=T0 + 5), now=T0)
+    assert claimed(engine.dispatch(now=T0)) == [("lasts", "a"), ("brief", "b")]
+    assert engine.expire_claimed(MessageId("brief"), B, now=T0 + 4) is None  # still in time
+    assert engine.expire_claimed(MessageId("lasts"), A, now=T0 + 6) is None  # never expires
+    assert engine.expire_claimed(MessageId("brief"), B, now=T0 + 5) == Expire(
+        ready("brief", sequence=2, expiration=T0 + 5)
+    )
+    assert engine.lease(MessageId("brief")) is None
+    assert engine.statistics().in_flight == 1
+    with pytest.raises(ItemNotFound):
+        engine.ack(MessageId("brief"), B, now=T0 + 5)  # gone, its lock with it
 
 
 def test_a_lapsed_lease_its_holder_never_received_is_given_back_the_others_time_out() -> None:
