@@ -63,7 +63,7 @@ def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
         try:
             return box.subscription(name, subscriber), True
         except QueueNotFound as error:
-            if (on_disk := _client_named(box, name, subscriber)) is None:
+            if (on_disk := client_named(box, name, subscriber)) is None:
                 raise
             raise QueueNotFound(
                 f"{error}; {subscriber!r} is the id of an MQTT client, whose subscriptions go "
@@ -81,7 +81,7 @@ def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
         ) from None
 
 
-def _client_named(box: Box, filter: str, subscriber: str | None) -> str | None:
+def client_named(box: Box, filter: str, subscriber: str | None) -> str | None:
     """The name on disk of the subscription to `filter` of the MQTT client whose id is
     `subscriber`, when that differs and is there: `session ls` lists the client `site/7`,
     `ls` its subscription as `site%2F7` (a long id shortened), and the id copied from the

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 from boxmq import cli_output as output
+from boxmq.cli_dropbox import client_named
 from boxmq.client import Box, Message
 from boxmq.core.topics import SHARE_PREFIX
 from boxmq.errors import InvalidArgument, LockError, QueueNotFound
@@ -194,8 +195,10 @@ def _refuse_an_mqtt_session(box: Box, filter: str, subscriber: str, *, unsubscri
         return
     if not record.made(filter) and box.topics.has_subscription(filter, subscriber):
         return  # made by this door or the API, never the session's (SessionRecord.made)
+    # Its client id, not `subscriber`, its name on disk (`site%2F7` for `site/7`).
     what = (
-        f"{output.cell(subscriber)} is the client id of an MQTT session ({_session_state(record)})"
+        f"{output.cell(record.client_id)} is the client id of an MQTT session "
+        f"({_session_state(record)})"
     )
     if unsubscribe:
         raise InvalidArgument(
@@ -297,17 +300,33 @@ def unsubscribe(args: argparse.Namespace, box: Box) -> int:
     _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=True)
     _refuse_a_connected_client(box, args.filter, args.subscriber)
     if not box.topics.has_subscription(args.filter, args.subscriber):
-        # Quoted, as peek and get of one that is not there say it: `--name ''` (a script's
-        # empty variable) said "no subscription x for  (...)", the name nowhere to be seen.
-        raise QueueNotFound(
-            f"no subscription of {args.subscriber!r} to {args.filter!r} under {box.root} "
-            "(`boxmq ls` lists them)"
-        )
+        raise _no_subscription(box, args.filter, args.subscriber)
     box.unsubscribe(args.filter, args.subscriber)
     record = {"subscription": args.filter, "subscriber": args.subscriber}
     text = f"unsubscribed: {output.cell(args.filter)} {output.cell(args.subscriber)}"
     output.emit(args, record, text)
     return 0
+
+
+def _no_subscription(box: Box, filter: str, subscriber: str) -> QueueNotFound:
+    """What `unsubscribe` says of a subscription that is not there. Given an MQTT client's id
+    as `session ls` lists it (`site/7`, where `ls` shows `site%2F7`), the refusals of its
+    name on disk are made first: it said `no subscription` alone, where `--name site%2F7` is
+    refused, the subscription being its session's."""
+    # Quoted, as peek and get of one that is not there say it: `--name ''` (a script's
+    # empty variable) said "no subscription x for  (...)", the name nowhere to be seen.
+    missing = (
+        f"no subscription of {subscriber!r} to {filter!r} under {box.root} (`boxmq ls` lists them)"
+    )
+    on_disk = client_named(box, filter, subscriber)
+    if on_disk is None:
+        return QueueNotFound(missing)
+    _refuse_an_mqtt_session(box, filter, on_disk, unsubscribe=True)
+    _refuse_a_connected_client(box, filter, on_disk)
+    return QueueNotFound(
+        f"{missing}; {subscriber!r} is the id of an MQTT client, whose subscriptions go by "
+        f"{on_disk!r} on disk (`boxmq ls`): give `--name {shlex.quote(on_disk)}`"
+    )
 
 
 def _print_message(args: argparse.Namespace, message: Message) -> None:

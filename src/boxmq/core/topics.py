@@ -64,11 +64,12 @@ def _check_string(text: str, what: str) -> None:
         raise InvalidTopic(f"a {what} is a str, not {type(text).__name__}: {text!r}")
     if not text:
         raise InvalidTopic(f"a {what} must be at least one character long")  # §4.7.3
+    # Named, as a wildcard's refusal names it: of a batch, the caller could not tell which.
     if "\x00" in text:
-        raise InvalidTopic(f"a {what} must not contain NUL (U+0000)")  # §1.5.4
+        raise InvalidTopic(f"{what} {text!r} must not contain NUL (U+0000)")  # §1.5.4
     size = utf8_size(text)
     if size is None:
-        raise InvalidTopic(f"a {what} must be well-formed UTF-8 (no lone surrogates)")
+        raise InvalidTopic(f"{what} {text!r} must be well-formed UTF-8 (no lone surrogates)")
     if size > MQTT_STRING_MAX:
         raise InvalidTopic(f"a {what} is {size} bytes in UTF-8, the limit is {MQTT_STRING_MAX}")
 

@@ -635,16 +635,35 @@ class Subscribing:
         if text not in self._durable.get(client_id, {}):
             return partial(self._open_new, session, text, options, send_retained=retained)
         if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
-            # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
-            return partial(
-                self._box.topics.resubscribe,
-                text,
-                consumer_name(client_id),
-                qos=options.qos,
-                no_local=options.no_local,
-                process_bound=not session.persistent,
-            )
-        return lambda: None
+            return partial(self._resubscribe, session, text, options)
+        return partial(self._made_again_if_gone, session, text, options)
+
+    def _resubscribe(self, session: Session, text: str, options: SubscriptionOptions) -> None:
+        # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
+        self._box.topics.resubscribe(
+            text,
+            consumer_name(session.client_id),
+            qos=options.qos,
+            no_local=options.no_local,
+            process_bound=not session.persistent,
+        )
+
+    def _made_again_if_gone(
+        self, session: Session, text: str, options: SubscriptionOptions
+    ) -> None:
+        """A SUBSCRIBE of a filter the session has, with the same options, changes nothing,
+        unless another process ended the subscription on disk meanwhile (the Python API's
+        `box.unsubscribe` under the client's name, a folder deleted by hand): then it is made
+        again. The client, granted it again, got nothing more on it, routed by no process."""
+        if self._box.topics.has_subscription(text, consumer_name(session.client_id)):
+            return
+        log.warning(
+            "client %s: its subscription to %s was ended on disk by another process (the "
+            "Python API, a folder deleted by hand): made again at its SUBSCRIBE",
+            session.client_id,
+            text,
+        )
+        self._resubscribe(session, text, options)
 
     def _subscribe_memory(self, session: Session, text: str, options: SubscriptionOptions) -> None:
         session.subscriptions[text] = options

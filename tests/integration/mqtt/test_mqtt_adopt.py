@@ -152,3 +152,32 @@ def test_a_client_subscribing_to_a_cli_subscription_s_filter_is_said_in_the_log(
         assert _said(log, "client laptop: subscribing to cli/# joins a subscription on disk")
     finally:
         client.stop()
+
+
+@pytest.mark.parametrize("filter", ["api/#", "$share/g/api/#"], ids=["plain", "share"])
+def test_a_subscribe_again_makes_a_subscription_the_api_ended(
+    served: tuple[RunningServer, Path], filter: str
+) -> None:
+    """The Python API, unlike the CLI, ends a session's subscription under the client's name
+    (docs/mqtt.md). A SUBSCRIBE of that filter again, with the same options, was granted
+    (SUBACK 0x01) and changed nothing: no process routed to the dropbox gone, and the client,
+    connected or back from away, got nothing more on it until the server restarted. It is
+    made again now, and the log says why."""
+    server, log = served
+    client = persistent_paho(server, "dev1", v5=True)
+    with boxmq.open(server.root) as box:
+        try:
+            client.subscribe(filter, 1)
+            assert box.unsubscribe(filter, "dev1")
+            assert [reason.value for reason in client.subscribe(filter, 1)] == [1]
+            box.publish("api/x", b"after")
+            assert client.next().payload == b"after"
+        finally:
+            client.stop()
+        box.publish("api/x", b"away")
+        back = persistent_paho(server, "dev1", v5=True)
+        try:
+            assert back.next().payload == b"away"
+        finally:
+            back.stop()
+    assert _said(log, f"client dev1: its subscription to {filter} was ended on disk by another")

@@ -77,6 +77,39 @@ def test_a_client_id_given_as_subscriber_is_told_its_name_on_disk(tmp_path: Path
                 client.stop()
 
 
+def test_unsubscribe_under_a_client_id_is_refused_as_under_its_name_on_disk(
+    tmp_path: Path,
+) -> None:
+    """`boxmq unsubscribe 'a/#' --name site/7`, the client id `session ls` lists, said `no
+    subscription of 'site/7'` alone, where `--name site%2F7` is refused (the subscription is
+    its session's) and `peek --subscriber site/7` tells the name on disk. It is now refused
+    as the session's, and the refusal names the client by its id under either name; a
+    subscription the CLI kept under the name on disk, not the session's, is told with the
+    `--name` that ends it."""
+    with serving_fresh(tmp_path) as served:
+        root = served.root
+        boxmq_cli_ok(root, "subscribe", "b/#", "--name", "site%2F7", "--keep", "--idle", "0")
+        client = persistent_paho(served, "site/7", v5=True)
+        try:
+            client.subscribe("a/#", 1)
+            for name in ("site/7", "site%2F7"):
+                line = _refused_line(root, "unsubscribe", "a/#", "--name", name)
+                assert line.startswith(
+                    "boxmq unsubscribe: site/7 is the client id of an MQTT session (its client "
+                    "connected to boxmq serve"
+                ), line
+            line = _refused_line(root, "unsubscribe", "b/#", "--name", "site/7")
+            assert line.endswith(
+                "; 'site/7' is the id of an MQTT client, whose subscriptions go by 'site%2F7' "
+                "on disk (`boxmq ls`): give `--name site%2F7`"
+            ), line
+            boxmq_cli_ok(root, "unsubscribe", "b/#", "--name", "site%2F7")
+            boxmq_cli_ok(root, "publish", "a/1", "still-subscribed")
+            assert client.next().payload == b"still-subscribed"
+        finally:
+            client.stop()
+
+
 def test_unsubscribe_refuses_a_connected_non_persistent_client_s_membership(
     tmp_path: Path,
 ) -> None:
@@ -119,3 +152,11 @@ def test_unsubscribe_refuses_a_connected_non_persistent_client_s_membership(
             assert "no subscription of 'np' to 'a/#'" in refused.stderr, refused.stderr
         finally:
             np.stop()
+
+
+def _refused_line(root: Path, *args: str) -> str:
+    """The one line a refused command says on stderr (exit 1, no traceback)."""
+    refused = boxmq_cli(root, *args)
+    assert refused.returncode == 1, refused
+    [line] = refused.stderr.splitlines()
+    return line

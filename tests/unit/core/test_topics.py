@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -110,6 +112,26 @@ def test_valid_filters(filter: str) -> None:
 def test_invalid_filters(filter: str, why: str) -> None:
     with pytest.raises(InvalidTopic, match=why):
         validate_filter(filter)
+
+
+@pytest.mark.parametrize(
+    ("check", "text", "said"),
+    [
+        (validate_topic, "a\x00b", "topic name 'a\\x00b' must not contain NUL (U+0000)"),
+        (validate_filter, "a/\x00", "topic filter 'a/\\x00' must not contain NUL (U+0000)"),
+        (validate_topic, "a/\udcff", "topic name 'a/\\udcff' must be well-formed UTF-8"),
+        (validate_filter, "a/\udcff/#", "topic filter 'a/\\udcff/#' must be well-formed UTF-8"),
+    ],
+)
+def test_a_refused_character_names_the_topic_or_filter(
+    check: Callable[[str], str], text: str, said: str
+) -> None:
+    """A NUL or a byte that is not UTF-8 (a script's argument, read with surrogate escapes)
+    was refused without the topic (`a topic name must be well-formed UTF-8`): of a batch, the
+    caller could not tell which. Named now, as a wildcard's refusal names it."""
+    with pytest.raises(InvalidTopic) as refused:
+        check(text)
+    assert str(refused.value).startswith(said), refused.value
 
 
 def test_invalid_topic_is_an_invalid_argument() -> None:
