@@ -12,7 +12,8 @@ client id). Every role is this script run again (`chaos.py role ...`) and logs w
 os.write a line (in the kernel when it returns: a SIGKILL loses no line written) what returned:
 a put's id, a delivery, an ack, a PUBACK. Then everything is killed, a sweep runs once the
 locks ran out, the queue and the sessions are drained, and the invariants checked: every
-returned put and every PUBACKed publish delivered, nothing delivered after its ack returned,
+returned put and every PUBACKed publish delivered, no put stored twice (its body's tag delivered
+under two ids) nor an ack of an id no put returned, nothing delivered after its ack returned,
 every stored file's name decodes and its body matches its checksum, nothing left in processing/
 nor, past abandon_after, in working/. It prints the kills by role and the counts, and ends with
 `RESULT ... violations=N` (exit 1 if N > 0). A `boxmq serve` that does not listen at the start
@@ -767,6 +768,38 @@ def read_log(path: str) -> list[list[str]]:
     return [ln.split() for ln in lines if ln]
 
 
+def stored_twice_or_unlogged(
+    put: dict[str, str], tags: dict[str, str], unknown: Iterable[str]
+) -> list[str]:
+    """What the queue's counts let by: a put delivered under two ids (its tag, which a
+    producer gives once, `p0.3.17`, in the bodies of two messages: stored twice), and an
+    acked id that no put log names (`unknown`) unless it is a put whose log line a kill cut
+    off, its tag past the last one its producer's start logged. `put`: the logged puts, id
+    to tag; `tags`: the delivered ids, id to the tag of their body."""
+    problems: list[str] = []
+    ids_of: dict[str, set[str]] = collections.defaultdict(set)
+    for mid, tag in tags.items():
+        ids_of[tag].add(mid)
+    twice = sorted((tag, sorted(ids)) for tag, ids in ids_of.items() if len(ids) > 1)
+    if twice:
+        problems.append(f"{len(twice)} puts delivered under two ids (stored twice): {twice[:3]}")
+    last: dict[str, int] = collections.defaultdict(lambda: -1)  # a producer's start's last
+    for tag in put.values():
+        start, _, seq = tag.rpartition(".")
+        last[start] = max(last[start], int(seq))
+    logged_before = []
+    for mid in unknown:
+        start, _, seq = tags.get(mid, "").rpartition(".")
+        if not seq.isdigit() or int(seq) <= last[start]:
+            logged_before.append((mid, tags.get(mid)))
+    if logged_before:
+        problems.append(
+            f"{len(logged_before)} acked ids no put returned (not the last puts of a killed "
+            f"producer): {logged_before[:3]}"
+        )
+    return problems
+
+
 def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Proc | None) -> int:
     import boxmq
 
@@ -854,6 +887,7 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
                 if len(line) > 4 and 0 < float(line[4]) < 60:
                     expiring.add(line[1])
     events: list[tuple[int, str, str, str]] = []  # (time, kind, id, who)
+    tags: dict[str, str] = {}  # a delivered id's put, by the tag its body carries
     bad_bodies = 0
     consumers = [p.name for p in procs if p.role in ("consumer", "consumers3")]
     for name in consumers + [d.name for d in drains]:
@@ -863,7 +897,9 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
                 mid, tag = line[1], line[2]
                 if tag == "BAD":
                     bad_bodies += 1
-                elif mid in put and put[mid] != tag:
+                    continue
+                tags[mid] = tag
+                if mid in put and put[mid] != tag:
                     problems.append(f"{mid} delivered with body of {tag}, put as {put[mid]}")
             elif line[0] == "A":
                 events.append((int(line[2]), "A", line[1], name))
@@ -893,6 +929,7 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
     if wrongly:
         problems.append(f"{len(wrongly)} puts without a short expiry in expired/: {wrongly[:3]}")
     unknown = [m for m in acked_at if m not in put]
+    problems += stored_twice_or_unlogged(put, tags, unknown)
     redelivered = sum(1 for n in deliveries.values() if n > 1)
     print(
         f"queue: {len(put)} puts returned ({len(expiring)} with a 3 s expiry, "
