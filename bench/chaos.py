@@ -15,9 +15,10 @@ locks ran out, the queue and the sessions are drained, and the invariants checke
 returned put and every PUBACKed publish delivered, no put stored twice (its body's tag delivered
 under two ids) nor an ack of an id no put returned, nothing delivered after its ack returned,
 every stored file's name decodes and its body matches its checksum, nothing left in processing/
-nor, past abandon_after, in working/. It prints the kills by role and the counts, and ends with
-`RESULT ... violations=N` (exit 1 if N > 0). A `boxmq serve` that does not listen at the start
-or at the drain stops the run with an error (exit 1), not as every client's failures.
+nor, past abandon_after, in working/, and no role ended by itself (not killed). It prints the
+kills by role and the counts, and ends with `RESULT ... violations=N` (exit 1 if N > 0). A
+`boxmq serve` that does not listen at the start or at the drain stops the run with an error
+(exit 1), not as every client's failures.
 
 The options add what the default run does not reach:
 - `--backlog N`: the producers run ahead (put_many of up to 40) until the queue holds about N
@@ -640,6 +641,27 @@ class Run:
         self.port = free_port()
         self.seconds = min(a.seconds, 120)
         self.depths = [0]  # QUEUE's target/ at each kill
+        self.exited: set[str] = set()  # the starts of roles that ended by themselves
+
+
+def exited_by_themselves(procs: Iterable[Proc]) -> set[str]:
+    """The starts of roles whose process ended other than by this script's SIGKILL (a role's
+    crash, its traceback in its .err; `boxmq serve` stopping), as `name.start (exit code)`."""
+    return {
+        f"{p.name}.{p.inc} (exit {p.p.returncode})"
+        for p in procs
+        if p.p is not None and p.p.poll() not in (None, -signal.SIGKILL)
+    }
+
+
+def note_exits(run: Run, procs: Iterable[Proc]) -> None:
+    """Each new exit of `exited_by_themselves`, printed and kept for the check, where each
+    is a violation: a role that is not running checks nothing (before 2026-12-02 printed
+    alone, at every kill, and the run said violations=0)."""
+    new = exited_by_themselves(procs) - run.exited
+    if new:
+        print("exited by itself:", sorted(new), flush=True)
+        run.exited |= new
 
 
 def chaos(a: argparse.Namespace) -> int:
@@ -694,12 +716,11 @@ def chaos(a: argparse.Namespace) -> int:
             victim.kill()
             kill_log.write("X", victim.name, now())
             kills[victim.role if victim.role != "publisher" else victim.name] += 1
-            died = [p.name for p in procs if p.p is not None and p.p.poll() not in (None, -9)]
-            if died:
-                print("exited by itself:", died, flush=True)
+            note_exits(run, [*procs, *([sub2] if sub2 else [])])
             victim.start(until + 5)
             with contextlib.suppress(FileNotFoundError):  # no put yet
                 run.depths.append(len(os.listdir(os.path.join(run.root, QUEUE, "target"))))
+        note_exits(run, [*procs, *([sub2] if sub2 else [])])
     except BaseException:
         if sub2 is not None:
             sub2.kill()
@@ -818,6 +839,7 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
         notes.append(f"warning at open/sweep: {w.message}")
     for rec in handler.records:
         notes.append(f"log at open/sweep: {rec.levelname} {rec.getMessage()}")
+    problems += [f"{start} exited by itself, not killed" for start in sorted(run.exited)]
     found, counts = scan(run)
     problems += found
     print("files after kill+sweep:", counts, flush=True)
