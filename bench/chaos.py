@@ -12,11 +12,13 @@ client id). Every role is this script run again (`chaos.py role ...`) and logs w
 os.write a line (in the kernel when it returns: a SIGKILL loses no line written) what returned:
 a put's id, a delivery, an ack, a PUBACK. Then everything is killed, a sweep runs once the
 locks ran out, the queue and the sessions are drained, and the invariants checked: every
-returned put and every PUBACKed publish delivered, nothing delivered after its ack returned,
+returned put and every PUBACKed publish delivered, no put stored twice (its body's tag delivered
+under two ids) nor an ack of an id no put returned, nothing delivered after its ack returned,
 every stored file's name decodes and its body matches its checksum, nothing left in processing/
-nor, past abandon_after, in working/. It prints the kills by role and the counts, and ends with
-`RESULT ... violations=N` (exit 1 if N > 0). A `boxmq serve` that does not listen at the start
-or at the drain stops the run with an error (exit 1), not as every client's failures.
+nor, past abandon_after, in working/, and no role ended by itself (not killed). It prints the
+kills by role and the counts, and ends with `RESULT ... violations=N` (exit 1 if N > 0). A
+`boxmq serve` that does not listen at the start or at the drain stops the run with an error
+(exit 1), not as every client's failures.
 
 The options add what the default run does not reach:
 - `--backlog N`: the producers run ahead (put_many of up to 40) until the queue holds about N
@@ -639,6 +641,27 @@ class Run:
         self.port = free_port()
         self.seconds = min(a.seconds, 120)
         self.depths = [0]  # QUEUE's target/ at each kill
+        self.exited: set[str] = set()  # the starts of roles that ended by themselves
+
+
+def exited_by_themselves(procs: Iterable[Proc]) -> set[str]:
+    """The starts of roles whose process ended other than by this script's SIGKILL (a role's
+    crash, its traceback in its .err; `boxmq serve` stopping), as `name.start (exit code)`."""
+    return {
+        f"{p.name}.{p.inc} (exit {p.p.returncode})"
+        for p in procs
+        if p.p is not None and p.p.poll() not in (None, -signal.SIGKILL)
+    }
+
+
+def note_exits(run: Run, procs: Iterable[Proc]) -> None:
+    """Each new exit of `exited_by_themselves`, printed and kept for the check, where each
+    is a violation: a role that is not running checks nothing (before 2026-12-02 printed
+    alone, at every kill, and the run said violations=0)."""
+    new = exited_by_themselves(procs) - run.exited
+    if new:
+        print("exited by itself:", sorted(new), flush=True)
+        run.exited |= new
 
 
 def chaos(a: argparse.Namespace) -> int:
@@ -693,12 +716,11 @@ def chaos(a: argparse.Namespace) -> int:
             victim.kill()
             kill_log.write("X", victim.name, now())
             kills[victim.role if victim.role != "publisher" else victim.name] += 1
-            died = [p.name for p in procs if p.p is not None and p.p.poll() not in (None, -9)]
-            if died:
-                print("exited by itself:", died, flush=True)
+            note_exits(run, [*procs, *([sub2] if sub2 else [])])
             victim.start(until + 5)
             with contextlib.suppress(FileNotFoundError):  # no put yet
                 run.depths.append(len(os.listdir(os.path.join(run.root, QUEUE, "target"))))
+        note_exits(run, [*procs, *([sub2] if sub2 else [])])
     except BaseException:
         if sub2 is not None:
             sub2.kill()
@@ -767,6 +789,38 @@ def read_log(path: str) -> list[list[str]]:
     return [ln.split() for ln in lines if ln]
 
 
+def stored_twice_or_unlogged(
+    put: dict[str, str], tags: dict[str, str], unknown: Iterable[str]
+) -> list[str]:
+    """What the queue's counts let by: a put delivered under two ids (its tag, which a
+    producer gives once, `p0.3.17`, in the bodies of two messages: stored twice), and an
+    acked id that no put log names (`unknown`) unless it is a put whose log line a kill cut
+    off, its tag past the last one its producer's start logged. `put`: the logged puts, id
+    to tag; `tags`: the delivered ids, id to the tag of their body."""
+    problems: list[str] = []
+    ids_of: dict[str, set[str]] = collections.defaultdict(set)
+    for mid, tag in tags.items():
+        ids_of[tag].add(mid)
+    twice = sorted((tag, sorted(ids)) for tag, ids in ids_of.items() if len(ids) > 1)
+    if twice:
+        problems.append(f"{len(twice)} puts delivered under two ids (stored twice): {twice[:3]}")
+    last: dict[str, int] = collections.defaultdict(lambda: -1)  # a producer's start's last
+    for tag in put.values():
+        start, _, seq = tag.rpartition(".")
+        last[start] = max(last[start], int(seq))
+    logged_before = []
+    for mid in unknown:
+        start, _, seq = tags.get(mid, "").rpartition(".")
+        if not seq.isdigit() or int(seq) <= last[start]:
+            logged_before.append((mid, tags.get(mid)))
+    if logged_before:
+        problems.append(
+            f"{len(logged_before)} acked ids no put returned (not the last puts of a killed "
+            f"producer): {logged_before[:3]}"
+        )
+    return problems
+
+
 def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Proc | None) -> int:
     import boxmq
 
@@ -785,6 +839,7 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
         notes.append(f"warning at open/sweep: {w.message}")
     for rec in handler.records:
         notes.append(f"log at open/sweep: {rec.levelname} {rec.getMessage()}")
+    problems += [f"{start} exited by itself, not killed" for start in sorted(run.exited)]
     found, counts = scan(run)
     problems += found
     print("files after kill+sweep:", counts, flush=True)
@@ -854,6 +909,7 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
                 if len(line) > 4 and 0 < float(line[4]) < 60:
                     expiring.add(line[1])
     events: list[tuple[int, str, str, str]] = []  # (time, kind, id, who)
+    tags: dict[str, str] = {}  # a delivered id's put, by the tag its body carries
     bad_bodies = 0
     consumers = [p.name for p in procs if p.role in ("consumer", "consumers3")]
     for name in consumers + [d.name for d in drains]:
@@ -863,7 +919,9 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
                 mid, tag = line[1], line[2]
                 if tag == "BAD":
                     bad_bodies += 1
-                elif mid in put and put[mid] != tag:
+                    continue
+                tags[mid] = tag
+                if mid in put and put[mid] != tag:
                     problems.append(f"{mid} delivered with body of {tag}, put as {put[mid]}")
             elif line[0] == "A":
                 events.append((int(line[2]), "A", line[1], name))
@@ -893,6 +951,7 @@ def check(run: Run, procs: list[Proc], kills: collections.Counter[str], sub2: Pr
     if wrongly:
         problems.append(f"{len(wrongly)} puts without a short expiry in expired/: {wrongly[:3]}")
     unknown = [m for m in acked_at if m not in put]
+    problems += stored_twice_or_unlogged(put, tags, unknown)
     redelivered = sum(1 for n in deliveries.values() if n > 1)
     print(
         f"queue: {len(put)} puts returned ({len(expiring)} with a 3 s expiry, "
