@@ -708,6 +708,7 @@ def chaos(a: argparse.Namespace) -> int:
         for p in procs[1:]:
             if p not in subs:
                 p.start(until + 5)
+        watched = [*procs, *([sub2] if sub2 else [])]  # whose ends by themselves count
         for _ in range(1000):
             if time.time() + 0.5 > until:
                 break
@@ -716,11 +717,11 @@ def chaos(a: argparse.Namespace) -> int:
             victim.kill()
             kill_log.write("X", victim.name, now())
             kills[victim.role if victim.role != "publisher" else victim.name] += 1
-            note_exits(run, [*procs, *([sub2] if sub2 else [])])
+            note_exits(run, watched)
             victim.start(until + 5)
             with contextlib.suppress(FileNotFoundError):  # no put yet
                 run.depths.append(len(os.listdir(os.path.join(run.root, QUEUE, "target"))))
-        note_exits(run, [*procs, *([sub2] if sub2 else [])])
+        note_exits(run, watched)
     except BaseException:
         if sub2 is not None:
             sub2.kill()
@@ -789,6 +790,18 @@ def read_log(path: str) -> list[list[str]]:
     return [ln.split() for ln in lines if ln]
 
 
+def stored_twice(tags: dict[str, str]) -> list[tuple[str, list[str]]]:
+    """The puts delivered under more than one id, (tag, ids) sorted: `tags` maps each
+    delivered id to the tag its body carries, which a producer gives one message only (a
+    body that failed its checksum, tagged BAD, is counted apart)."""
+    ids_of: dict[str, set[str]] = collections.defaultdict(set)
+    for mid, tag in tags.items():
+        ids_of[tag].add(mid)
+    return sorted(
+        (tag, sorted(ids)) for tag, ids in ids_of.items() if len(ids) > 1 and tag != "BAD"
+    )
+
+
 def stored_twice_or_unlogged(
     put: dict[str, str], tags: dict[str, str], unknown: Iterable[str]
 ) -> list[str]:
@@ -798,11 +811,7 @@ def stored_twice_or_unlogged(
     off, its tag past the last one its producer's start logged. `put`: the logged puts, id
     to tag; `tags`: the delivered ids, id to the tag of their body."""
     problems: list[str] = []
-    ids_of: dict[str, set[str]] = collections.defaultdict(set)
-    for mid, tag in tags.items():
-        ids_of[tag].add(mid)
-    twice = sorted((tag, sorted(ids)) for tag, ids in ids_of.items() if len(ids) > 1)
-    if twice:
+    if twice := stored_twice(tags):
         problems.append(f"{len(twice)} puts delivered under two ids (stored twice): {twice[:3]}")
     last: dict[str, int] = collections.defaultdict(lambda: -1)  # a producer's start's last
     for tag in put.values():

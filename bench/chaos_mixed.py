@@ -399,8 +399,7 @@ def _rounds(a: argparse.Namespace, r: Run) -> int:
             victim.kill()
             kill_log.write("X", victim.name, now())
             kills[victim.name] += 1
-            died = [p.name for p in procs if p.p is not None and p.p.poll() not in (None, -9)]
-            if died:
+            if died := sorted(chaos.exited_by_themselves(procs)):
                 stuck.append(f"exited by itself, not killed: {died}")
             victim.start(until)
             if victim is serve:
@@ -522,11 +521,7 @@ def check(r: Run, stuck: list[str]) -> int:
         problems.append(f"{len(lost)} stored puts never acked: {lost[:5]}")
     # No door stores a message twice: the roles never send one again but an assured message,
     # sent again under its msgId after a kill (the exactly-once intake stores it once).
-    ids_of: collections.defaultdict[str, set[str]] = collections.defaultdict(set)
-    for mid, tag in tags.items():
-        ids_of[tag].add(mid)
-    twice = sorted(tag for tag, mids in ids_of.items() if len(mids) > 1 and tag != "BAD")
-    if twice:
+    if twice := [tag for tag, _ in chaos.stored_twice(tags)]:
         problems.append(f"{len(twice)} messages stored under more than one id: {twice[:5]}")
     acked_tags = {tags[m] for m in acked if m in tags}
     lost_assured = sorted(assured - acked_tags)
