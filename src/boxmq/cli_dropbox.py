@@ -66,8 +66,7 @@ def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
             if (on_disk := client_named(box, name, subscriber)) is None:
                 raise
             raise QueueNotFound(
-                f"{error}; {subscriber!r} is the id of an MQTT client, whose subscriptions go "
-                f"by {on_disk!r} on disk (`boxmq ls`): give `--subscriber {shlex.quote(on_disk)}`"
+                f"{error}; {goes_by(subscriber, on_disk, '--subscriber')}"
             ) from None
     try:
         return box.queue(name, create=False), False
@@ -79,6 +78,15 @@ def found(args: argparse.Namespace, box: Box) -> tuple[Queue, bool]:
             f"{error}; {name!r} is the filter of the durable subscription(s) of "
             f"{output.cells(subscribers)}: add --subscriber NAME"
         ) from None
+
+
+def goes_by(client_id: str, on_disk: str, flag: str) -> str:
+    """The hint that an MQTT client's id is not its subscriptions' name on disk
+    (`client_named`), and the `flag` (--subscriber, --name) that names them."""
+    return (
+        f"{client_id!r} is the id of an MQTT client, whose subscriptions go by {on_disk!r} "
+        f"on disk (`boxmq ls`): give `{flag} {shlex.quote(on_disk)}`"
+    )
 
 
 def client_named(box: Box, filter: str, subscriber: str | None) -> str | None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 from boxmq import cli_output as output
-from boxmq.cli_dropbox import client_named
+from boxmq.cli_dropbox import client_named, goes_by
 from boxmq.client import Box, Message
 from boxmq.core.topics import SHARE_PREFIX
 from boxmq.errors import InvalidArgument, LockError, QueueNotFound
@@ -297,8 +297,7 @@ def _session_state(record: SessionRecord) -> str:
 
 
 def unsubscribe(args: argparse.Namespace, box: Box) -> int:
-    _refuse_an_mqtt_session(box, args.filter, args.subscriber, unsubscribe=True)
-    _refuse_a_connected_client(box, args.filter, args.subscriber)
+    _refuse_an_mqtt_clients(box, args.filter, args.subscriber)
     if not box.topics.has_subscription(args.filter, args.subscriber):
         raise _no_subscription(box, args.filter, args.subscriber)
     box.unsubscribe(args.filter, args.subscriber)
@@ -306,6 +305,13 @@ def unsubscribe(args: argparse.Namespace, box: Box) -> int:
     text = f"unsubscribed: {output.cell(args.filter)} {output.cell(args.subscriber)}"
     output.emit(args, record, text)
     return 0
+
+
+def _refuse_an_mqtt_clients(box: Box, filter: str, subscriber: str) -> None:
+    """`unsubscribe`'s refusals of a subscription an MQTT client counts on: its persistent
+    session's, or its connection's."""
+    _refuse_an_mqtt_session(box, filter, subscriber, unsubscribe=True)
+    _refuse_a_connected_client(box, filter, subscriber)
 
 
 def _no_subscription(box: Box, filter: str, subscriber: str) -> QueueNotFound:
@@ -321,12 +327,8 @@ def _no_subscription(box: Box, filter: str, subscriber: str) -> QueueNotFound:
     on_disk = client_named(box, filter, subscriber)
     if on_disk is None:
         return QueueNotFound(missing)
-    _refuse_an_mqtt_session(box, filter, on_disk, unsubscribe=True)
-    _refuse_a_connected_client(box, filter, on_disk)
-    return QueueNotFound(
-        f"{missing}; {subscriber!r} is the id of an MQTT client, whose subscriptions go by "
-        f"{on_disk!r} on disk (`boxmq ls`): give `--name {shlex.quote(on_disk)}`"
-    )
+    _refuse_an_mqtt_clients(box, filter, on_disk)
+    return QueueNotFound(f"{missing}; {goes_by(subscriber, on_disk, '--name')}")
 
 
 def _print_message(args: argparse.Namespace, message: Message) -> None:
