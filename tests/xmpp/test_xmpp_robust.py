@@ -147,13 +147,20 @@ def test_a_bug_serving_one_stanza_answers_it_and_keeps_the_stream(
     assert (logged.name, str(logged.exc_info[1])) == ("boxmq.xmpp", "a bug")  # type: ignore[index]
 
 
-def _bounce(user: Client, kind: str, condition: str) -> None:
-    """`user` sends the service an error for its last event, as its server or client bounces
-    one (RFC 6120 §8.3): the type and the defined condition given."""
+async def _bounced_holding_one(
+    user: Client, publisher: Client, queue_requests: int, kind: str, condition: str
+) -> str:
+    """`user` subscribes, is given the one item `publisher` publishes, and sends the service
+    an error for it, as its server or client bounces one (RFC 6120 §8.3): the type and the
+    defined condition given. The item's id."""
+    await user.subscribe(queue_requests)
+    item = await publisher.publish("<job xmlns='urn:example'>1</job>")
+    assert (await user.next_event()).item == item
     user.send_raw(
         f"<message type='error' id='bounced' to='{SERVICE}'><error type='{kind}'>"
         f"<{condition} xmlns='{ns.STANZAS}'/></error></message>"
     )
+    return item
 
 
 @pytest.mark.parametrize(
@@ -173,10 +180,7 @@ def test_a_bounce_that_says_try_later_keeps_the_subscription(
     # as much as a session gone: a subscriber still there stopped getting items, untold.
     async def scenario() -> None:
         async with component(prosody, box), clients(prosody, "alice", "carol") as [alice, carol]:
-            await alice.subscribe(2)
-            item = await carol.publish("<job xmlns='urn:example'>1</job>")
-            assert (await alice.next_event()).item == item
-            _bounce(alice, kind, condition)
+            item = await _bounced_holding_one(alice, carol, 2, kind, condition)
             assert await _subscribed(alice) == [str(alice.boundjid.bare)]
             assert (await alice.retract(item)).get("type") == "result"  # still hers
             later = await carol.publish("<job xmlns='urn:example'>2</job>")
@@ -207,10 +211,7 @@ def test_a_bounce_that_says_gone_or_refused_ends_the_subscription(
             component(prosody, box),
             clients(prosody, "alice", "bob", "carol") as [alice, bob, carol],
         ):
-            await alice.subscribe(1)
-            item = await carol.publish("<job xmlns='urn:example'>1</job>")
-            assert (await alice.next_event()).item == item
-            _bounce(alice, kind, condition)
+            item = await _bounced_holding_one(alice, carol, 1, kind, condition)
             assert await _subscribed(alice) == []
             bob.auto_retract = True
             await bob.subscribe(1)  # what alice held is bob's now (XEP-0254 §4)
