@@ -99,6 +99,15 @@ def _refusal_of(error: BoxMQError) -> ReasonCode:
     return _R.TOPIC_FILTER_INVALID if isinstance(error, InvalidArgument) else _R.UNSPECIFIED_ERROR
 
 
+def _well_formed(text: str) -> bool:
+    """Whether `text` is a topic filter MQTT allows (§4.7, §4.8.2), shared or not."""
+    try:
+        parse_filter(text)
+    except InvalidArgument:
+        return False
+    return True
+
+
 @dataclass(eq=False, slots=True)
 class _Wanted:
     """One filter of a SUBSCRIBE on its way to its SUBACK (its disk work may still change
@@ -875,6 +884,10 @@ class Subscribing:
         # Told to the other processes once, not once per filter (Topics.ending_together).
         with self._box.topics.ending_together():
             for text in packet.topic_filters:
+                if v5 and not _well_formed(text):
+                    # 0x8F, not 0x11: nothing was subscribed to it because nothing can be.
+                    reasons.append(_R.TOPIC_FILTER_INVALID)
+                    continue
                 try:
                     removed = self._remove_subscription(session, text)
                 except InvalidArgument:

@@ -194,7 +194,7 @@ def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
         sock.sendall(_subscribe(7, ("a/+", 0), ("b", 1), ("c/#", 2)))
         assert read(sock) == (0x90, b"\x00\x07\x00\x00\x01\x02")
         sock.sendall(_unsubscribe(0x0102, "a/#", "a/+/", "A/+", "a/+ "))
-        assert read(sock) == (0xB0, b"\x01\x02\x00\x11\x11\x11\x11")
+        assert read(sock) == (0xB0, b"\x01\x02\x00\x11\x11\x11\x8f")  # "+ " is no level
         sender.sendall(publish("a/b", b"kept"))
         assert _payload(sock) == b"kept"
         sock.sendall(_unsubscribe(9, "b", "a/+", "nothing"))
@@ -205,6 +205,20 @@ def test_unsubscribe_deletes_only_the_filter_it_names_character_for_character(
             sender.sendall(publish("a/b", b"gone"))
             assert _payload(witness) == b"gone"  # the server has routed it
         assert nothing(sock)
+
+
+def test_unsubscribe_of_a_malformed_filter_answers_topic_filter_invalid(
+    server: RunningServer,
+) -> None:
+    """MQTT 5.0 §3.11.3: 0x8F Topic Filter invalid for a filter that breaks §4.7's rules
+    ("#" not last, "+" beside text, a share with no filter), not 0x11 as if it could have
+    been subscribed to; the well-formed filters of the same UNSUBSCRIBE are answered as
+    ever, and the subscription it names is gone."""
+    with _connected(server, "tidy") as sock:
+        sock.sendall(_subscribe(3, ("a/+", 0)))
+        assert read(sock) == (0x90, b"\x00\x03\x00\x00")
+        sock.sendall(_unsubscribe(4, "a/#/b", "a/+", "a+/b", "$share/g", "never"))
+        assert read(sock) == (0xB0, b"\x00\x04\x00\x8f\x00\x8f\x8f\x11")
 
 
 def test_topic_matching_neither_normalizes_nor_folds_case(server: RunningServer) -> None:
