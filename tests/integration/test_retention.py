@@ -240,3 +240,34 @@ def test_a_retention_set_on_an_open_box_rules_its_next_sweeps(root: Path) -> Non
         clock.advance(105)
         assert box.sweep()["jobs"].purged == 2
     assert processed(root) == []
+
+
+def test_the_sweep_log_names_the_age_each_deleted_working_file_passed(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exactly-once message whose `deliver` never came goes after `pending_ttl`, a file a
+    producer left after `abandon_after` (working_ttl): each count is logged with its own age,
+    where both were said to be older than working_ttl's."""
+    from boxmq.core import ExactlyOnceLimits
+
+    clock = boxmq.ManualClock(time.time())
+    limits = ExactlyOnceLimits(pending_ttl=600.0)
+    with boxmq.open(
+        root, fsync="never", abandon_after=60.0, exactly_once=limits, clock=clock
+    ) as box:
+        box.queue("jobs").put(b"ready")
+        assert box.assured("sender", "m1", b"never delivered", queue="jobs")
+        (root / "jobs" / "working" / "left-by-a-producer").write_bytes(b"half")
+        clock.advance(61)
+        with caplog.at_level(logging.WARNING, logger="boxmq.sweep"):
+            assert box.sweep()["jobs"].abandoned == 1
+            clock.advance(600)
+            assert box.sweep()["jobs"].abandoned == 1
+        lines = [r.getMessage() for r in caplog.records if "deleted" in r.getMessage()]
+        assert lines == [
+            "jobs: deleted 1 uncommitted file(s) older than 1m in working/",
+            "jobs: deleted 1 exactly-once message(s) whose deliver did not come within "
+            "10m (pending_ttl) in working/",
+        ]
+        assert box.pending("sender") == []
+        assert box.queue("jobs").counts().ready == 1

@@ -302,12 +302,12 @@ def _remove_older(
     assured_age: float | None = None,
     markers: str | None = None,
     pending: Pending | None = None,
-) -> int:
+) -> tuple[int, int]:
     """Remove the files of `state` older than `age`; `assured_age`: the exactly-once
     messages' instead (working/: they wait for their `deliver`, not for a commit), but not
     one with a "delivered" marker in `markers`. `pending`, when given, learns when the
-    files left are due."""
-    removed = 0
+    files left are due. How many went, and how many of those were exactly-once messages."""
+    removed = assured_removed = 0
     shortest = min(age, age if assured_age is None else assured_age)
     horizon_ms = (now - shortest) * 1000
     with closing(box.scan(state)) as entries:
@@ -331,9 +331,10 @@ def _remove_older(
                 continue
             if seen is not None and seen > limit and box.remove(state, entry.name):
                 removed += 1
+                assured_removed += assured is not None
             elif seen is not None and pending is not None:
                 pending.at(now + limit - seen)
-    return removed
+    return removed, assured_removed
 
 
 def _assured(name: str) -> Envelope | None:
@@ -379,7 +380,7 @@ def sweep(
         box, now=now, policy=policy, limits=limits, pending=pending
     )
     expired, looked = expire_ready(box, now=now, pending=pending) if expire else (0, 0)
-    abandoned = _remove_older(
+    abandoned, undelivered = _remove_older(
         box,
         State.WORKING,
         now=now,
@@ -388,16 +389,26 @@ def sweep(
         markers=markers,
         pending=pending,
     )
-    if abandoned:
+    # Each count names its own age: an operator who raised pending_ttl, told the files went
+    # after working_ttl's, would look for the fault in the wrong setting.
+    if abandoned > undelivered:
         log.warning(
             "%s: deleted %d uncommitted file(s) older than %s in working/",
             name,
-            abandoned,
+            abandoned - undelivered,
             spelled(limits.working_ttl),
+        )
+    if undelivered:
+        log.warning(
+            "%s: deleted %d exactly-once message(s) whose deliver did not come within %s "
+            "(pending_ttl) in working/",
+            name,
+            undelivered,
+            spelled(limits.pending_ttl),
         )
     purged = 0
     if purge and limits.processed_retention is not None:
-        purged = _remove_older(box, State.PROCESSED, now=now, age=limits.processed_retention)
+        purged, _ = _remove_older(box, State.PROCESSED, now=now, age=limits.processed_retention)
     # processed/ is not counted in `due`: its purge has its own rhythm (Box.sweep); nor are
     # expirations when target/ was not looked through (`expire`): Box.sweep knows when it is.
     return SweepReport(
