@@ -99,13 +99,15 @@ def _refusal_of(error: BoxMQError) -> ReasonCode:
     return _R.TOPIC_FILTER_INVALID if isinstance(error, InvalidArgument) else _R.UNSPECIFIED_ERROR
 
 
-def _well_formed(text: str) -> bool:
-    """Whether `text` is a topic filter MQTT allows (§4.7, §4.8.2), shared or not."""
+def _nothing_removed(text: str) -> ReasonCode:
+    """An UNSUBACK's reason for a filter no subscription had: 0x8F for one MQTT does not
+    allow (§4.7, §4.8.2), which nothing could have subscribed to, 0x11 otherwise. Parsed
+    only here, off the path of the filters that were subscribed."""
     try:
         parse_filter(text)
     except InvalidArgument:
-        return False
-    return True
+        return _R.TOPIC_FILTER_INVALID
+    return _R.NO_SUBSCRIPTION_EXISTED
 
 
 @dataclass(eq=False, slots=True)
@@ -884,10 +886,6 @@ class Subscribing:
         # Told to the other processes once, not once per filter (Topics.ending_together).
         with self._box.topics.ending_together():
             for text in packet.topic_filters:
-                if v5 and not _well_formed(text):
-                    # 0x8F, not 0x11: nothing was subscribed to it because nothing can be.
-                    reasons.append(_R.TOPIC_FILTER_INVALID)
-                    continue
                 try:
                     removed = self._remove_subscription(session, text)
                 except InvalidArgument:
@@ -907,7 +905,7 @@ class Subscribing:
                     # 0x80 for a full disk too: UNSUBACK has no 0x97 (MQTT-3.11.3-2).
                     reasons.append(reason_in(PacketType.UNSUBACK, failure))
                     continue
-                reasons.append(_R.SUCCESS if removed else _R.NO_SUBSCRIPTION_EXISTED)
+                reasons.append(_R.SUCCESS if removed else _nothing_removed(text))
         unsuback = Unsuback(packet.packet_id, tuple(reasons) if v5 else ())
         answer = partial(
             self._answer_held_unsubscribe if held else self._out.send, client, unsuback
