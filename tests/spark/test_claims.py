@@ -3,6 +3,7 @@ claims, replay, acks."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -273,7 +274,7 @@ def test_available_now_reads_only_what_was_ready_at_its_start(
 
 
 def test_expired_messages_go_to_expired_and_delayed_ones_wait(
-    box: boxmq.Box, clock: ManualClock
+    box: boxmq.Box, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = box.queue("q")
     queue.put("delayed")
@@ -284,8 +285,15 @@ def test_expired_messages_go_to_expired_and_delayed_ones_wait(
     clock.advance(10)
     claims = _claims(box, clock)
 
+    caplog.set_level(logging.INFO, logger="boxmq")
     assert claims.next_end(0, Budget()) == 0
     assert len(_folder(box, "expired")) == 1
+    # Said as every reader of a queue says it: `boxmq ls` had counted it ready.
+    expired_lines = [r.getMessage() for r in caplog.records if "expired/" in r.getMessage()]
+    assert expired_lines == [
+        f"{os.path.realpath(queue_path(box.root, 'q'))}: 1 message(s) expired before a "
+        "consumer took them: moved to expired/"
+    ]
     clock.advance(60)
     assert claims.next_end(0, Budget()) == 1
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from boxmq.client.lifecycle import set_aside, unusable
+from boxmq.client.lifecycle import set_aside, tell_expired, unusable
 from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
 from boxmq.model import ConsumerId
 from boxmq.spark.durable import write_json
@@ -255,6 +255,7 @@ class Claims:
         """Ready messages in delivery order, as (-priority, time, name, size): flat tuples
         sort fastest, and names are unique. Expired ones are moved to expired/ on the way."""
         found = []
+        expired: list[str] = []
         now_ms = now * 1000
         # Planned earlier and not claimed yet (a plan Spark never logged): they keep their
         # numbers and come first (next_end), so they are not numbered again here.
@@ -272,12 +273,15 @@ class Claims:
                 if why is not None:
                     self._set_aside(name, why)  # as a queue consumer does: never claimed
                     continue
-            key = self._order(entry, now_ms)
+            key = self._order(entry, now_ms, expired)
             if key is None:
                 continue
             # Sizes matter for maxBytesPerTrigger only; a stat per file is not free.
             size = entry.stat(follow_symlinks=False).st_size if sized else 0
             found.append((*key, size))
+        # Said once per look, as every other reader of a queue says it: `boxmq ls` counted
+        # them ready, and the query's rows will never hold them.
+        tell_expired(self._meta["dropbox"], len(expired))
         if limit is not None and limit < len(found) // 4:
             # A small batch out of a big backlog: no need to sort all of it. Extra candidates
             # stand in for those another consumer takes first.
@@ -311,8 +315,11 @@ class Claims:
         box = Dropbox(self._dropbox, Committer(self._dropbox, FsyncPolicy.NEVER), create=False)
         set_aside(box, self._meta["dropbox"], name, why)
 
-    def _order(self, entry: os.DirEntry[str], now_ms: float) -> tuple[int, int, str] | None:
-        """(-priority, timestamp ms, name), or None for a message not to deliver now."""
+    def _order(
+        self, entry: os.DirEntry[str], now_ms: float, expired: list[str]
+    ) -> tuple[int, int, str] | None:
+        """(-priority, timestamp ms, name), or None for a message not to deliver now; one
+        whose expiration passed is moved to expired/ and its name added to `expired`."""
         name = entry.name
         fast = _FAST.match(name) if _DELAYED not in name else None
         stamp: int | None
@@ -326,9 +333,12 @@ class Claims:
                 return None  # released with a delay that has not passed
             priority, expiration, stamp = envelope.priority, envelope.expiration, envelope.timestamp
         if 0 < expiration <= now_ms:
-            expired = self._dirs[State.EXPIRED]
-            if move_apart(entry.path, expired + os.sep, name) is None:  # as Dropbox.move does
-                moved_into_made_folder(move_apart, entry.path, expired + os.sep, name)
+            folder = self._dirs[State.EXPIRED] + os.sep
+            moved = move_apart(entry.path, folder, name)  # as Dropbox.move does
+            if moved is None:
+                moved = moved_into_made_folder(move_apart, entry.path, folder, name)
+            if moved is not None:  # else another consumer took it (or expired it) first
+                expired.append(name)
             return None
         if stamp is None:
             stamp = int(entry.stat(follow_symlinks=False).st_mtime * 1000)
