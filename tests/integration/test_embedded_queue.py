@@ -1153,6 +1153,28 @@ def test_a_message_locked_ahead_that_expires_before_the_receive_goes_to_expired(
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 2, 0, 1, 0)
 
 
+def test_receive_ready_fills_the_slot_a_locked_ahead_message_left_when_it_expired(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # receive_ready is what receive_nowait returns call after call: the expired one frees
+    # its slot, and what waits behind it is handed out in the same call (it once came back
+    # empty, "next" left for the call after).
+    jobs = manual_box.queue("jobs")
+    jobs.put(b"lasts")
+    jobs.put(b"brief", expires_in=5)
+    jobs.put(b"next")
+    jobs.put(b"last")
+    with jobs.consumer("a", max_in_flight=2, lock_timeout=60) as a:
+        first = a.receive_nowait()
+        assert first is not None
+        assert a.holding() == 2  # "brief" locked ahead
+        clock.advance(6)
+        assert [m.text() for m in a.receive_ready()] == ["next"]
+        assert jobs.counts().expired == 1
+        first.ack()
+        assert [m.text() for m in a.receive_ready()] == ["last"]
+
+
 def test_a_queue_consumer_closed_with_keep_locks_releases_what_it_holds(
     manual_box: boxmq.Box,
 ) -> None:

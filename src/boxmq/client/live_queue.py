@@ -252,10 +252,18 @@ class LiveQueue(Outliving):
             self._check_open(consumer)
             self._pump(consumer)
             ready: list[Message] = []
-            while (most is None or len(ready) < most) and (
-                delivery := self._take_live(consumer)
-            ) is not None:
-                ready.append(delivery)
+            self._expired_ahead = 0
+            while most is None or len(ready) < most:
+                if (delivery := self._take_live(consumer)) is not None:
+                    ready.append(delivery)
+                    continue
+                if not self._expired_ahead:
+                    break
+                # A claim locked ahead expired before this take: its slot is free, and what
+                # waits behind it is handed out now, as receive(consumer, 0) would. Bounded:
+                # each expired message is gone for good.
+                self._expired_ahead = 0
+                self._pump(consumer)
         self._tell_others()
         return ready
 
@@ -501,6 +509,7 @@ class LiveQueue(Outliving):
             return False
         self._bodies.pop(expired.message.key, None)
         self._apply_all([expired])
+        self._expired_ahead += 1
         return True
 
     def _pump(self, consumer: ConsumerId) -> None:

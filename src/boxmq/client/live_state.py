@@ -143,6 +143,9 @@ class LiveState:
         self._scan_lead = 0.0
         self._lost = 0  # claims lost to other processes since the last read of target/
         self._expired = 0  # moved to expired/ by the effects being applied, not said yet
+        # Claims locked ahead that expired before a receive took them: each freed a slot
+        # (read and reset by receive_ready, which then hands out again).
+        self._expired_ahead = 0
         self._next_sweep = 0.0
         # What the last read of target/, and the last sweep of processing/ that found it
         # empty, saw of the folder (`_settled`), and the time the read set for the next:
