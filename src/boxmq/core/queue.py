@@ -557,16 +557,31 @@ class QueueEngine:
             return lease  # the usual answer, without gathering what an error would need
         # Held by `consumer`, but not as the delivery named: the request is a stale handle's.
         earlier = lease is not None and lease.holder == consumer
+        # Leased counts as known: `holders_unrecorded` holds while another consumer has it too.
+        known = lease is not None or message_id in self._ready or self._past.is_parked(message_id)
+        past_holders = self._past.of(message_id)
         check_holder(
             message_id,
             consumer,
             holder=lease.holder if lease is not None else None,
-            known=message_id in self._ready or self._past.is_parked(message_id),
-            past_holders=self._past.of(message_id),
+            known=known,
+            past_holders=past_holders,
             earlier_delivery=earlier,
+            # Delivered before, and nobody on record here: its name kept no holder (one that
+            # left, before a restart or in another process) and this engine recorded none, or
+            # forgot them (PastHolders' limit). The requester may be the one that held it, as
+            # the files' path decides (client/disk_locks.py). Any holder on record is taken as
+            # the whole record: one not among them is told it never received it, as before.
+            holders_unrecorded=not past_holders and self._delivered_before(message_id, lease),
         )
         assert lease is not None  # check_holder returned: the requester holds it
         return lease
+
+    def _delivered_before(self, message_id: MessageId, lease: Lease | None) -> bool:
+        """Whether the message, held (`lease`) or ready, had a delivery that ended unacked
+        (a lease's message counts those before the delivery it is)."""
+        message = lease.message if lease is not None else self._ready.get(message_id)
+        return message is not None and message.delivery_count > 0
 
     def _release(
         self, lease: Lease, reason: ReleaseReason, *, not_before: float

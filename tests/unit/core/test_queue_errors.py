@@ -6,6 +6,7 @@ consumer holds it; unexpected-request: the requester held it but its lock is gon
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -25,6 +26,7 @@ from boxmq.core import (
     Release,
     ReleaseReason,
 )
+from boxmq.core.ownership import PastHolders
 from boxmq.errors import (
     Conflict,
     Forbidden,
@@ -217,6 +219,78 @@ def test_unexpected_request_after_another_process_won_the_claim_of_a_message_it_
     assert lease.holder == B
     engine.claim_lost(M1)
     expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0 + 2))
+
+
+# -- a delivery whose holder nobody recorded (it left: a restart, a disconnect) ---------------
+
+
+def came_back_without_a_holder(release: Release) -> Ready:
+    """What the runtime offers after a Release whose holder left (OWNER_GONE): its name
+    records no holder (effects.Release.passed_over), as after a restart of the process."""
+    assert release.passed_over is None
+    return replace(reoffered(release), last_holder=None)
+
+
+@OPERATIONS
+def test_unexpected_request_for_a_delivery_whose_holder_nobody_recorded(
+    operation: Operation,
+) -> None:
+    """An engine offered a message delivered before whose file names no holder (its holder
+    left, before a restart or in another process), with no holder of its own on record: the
+    requester may be the one that held it, so it is told its lock is gone, as the files'
+    path tells it (client/disk_locks.py), not Forbidden ("did not receive this message");
+    and once another consumer holds it, not Conflict either. It was Forbidden, and Conflict."""
+    engine = QueueEngine(policy=QueuePolicy(handoff=0.0))
+    engine.offer(replace(ready("m1"), delivery_count=1), now=T0)
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0))
+    engine.add_consumer(B, max_in_flight=1, lock_timeout=30.0)
+    [claim] = engine.dispatch(now=T0)
+    assert isinstance(claim, Claim)
+    assert claim.holder == B
+    expect(UnexpectedRequest, lambda: operation(engine, M1, A, T0))
+
+
+@OPERATIONS
+def test_forbidden_and_conflict_stay_where_the_engine_recorded_who_held_it(
+    engine: QueueEngine, operation: Operation
+) -> None:
+    """a held m1 here and left (its name then records no holder): the engine kept a as a
+    past holder, so b, which never received it, is still told so, and once b holds it, a
+    stranger is told another holds it."""
+    [release] = engine.remove_consumer(A, now=T0 + 1)
+    assert isinstance(release, Release)
+    engine.offer(came_back_without_a_holder(release), now=T0 + 1)
+    expect(Forbidden, lambda: operation(engine, M1, B, T0 + 1))
+    claims = engine.dispatch(now=T0 + 1)
+    assert [(c.message.message_id, c.holder) for c in claims if isinstance(c, Claim)] == [(M1, B)]
+    expect(Conflict, lambda: operation(engine, M1, ConsumerId("stranger"), T0 + 1))
+
+
+def test_unexpected_request_when_the_past_holders_of_a_message_away_were_forgotten() -> None:
+    """The engine's own way to the state above: a unlocked m1, another process took it
+    (withdraw: a's part parked), so many others were taken meanwhile that m1's parked record
+    went (PastHolders keeps at most `limit`), and m1 came back from a holder there that left.
+    a, answering through its Message (the delivery it had), is told its lock is gone; it was
+    told Forbidden, "a did not receive this message"."""
+    engine = QueueEngine(policy=QueuePolicy(handoff=0.0))
+    engine.add_consumer(A, max_in_flight=1, lock_timeout=30.0)
+    engine.offer(ready("m1"), now=T0)
+    [claim] = engine.dispatch(now=T0)
+    assert isinstance(claim, Claim)
+    release = engine.unlock(M1, A, now=T0)
+    assert isinstance(release, Release)
+    engine.offer(reoffered(release), now=T0)
+    engine.withdraw(M1)
+    elsewhere = ConsumerId("other-process")
+    parked_limit = inspect.signature(PastHolders).parameters["limit"].default
+    for n in range(parked_limit):
+        other = replace(ready(f"o{n}"), delivery_count=1, last_holder=elsewhere)
+        engine.offer(other, now=T0)
+        engine.withdraw(other.message_id)
+    back = replace(reoffered(release), key="4.m1.B+2", delivery_count=2, last_holder=None)
+    engine.offer(back, now=T0 + 1)
+    expect(UnexpectedRequest, lambda: engine.ack(M1, A, now=T0 + 1, delivery=claim.delivery))
+    expect(UnexpectedRequest, lambda: engine.unlock(M1, A, now=T0 + 1, delivery=claim.delivery))
 
 
 # -- a handle of an earlier delivery to the same holder ---------------------------------------
