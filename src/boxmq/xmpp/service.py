@@ -615,10 +615,28 @@ class QueueService:
             except BoxMQError as error:  # a file swept away under us: try again later
                 log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
                 continue
+            except OSError as error:  # raised, it cost every subscription after this one
+                self._not_taken(subscription, error)
+                continue
+            if subscription.failing.recovered():
+                log.info("%s: deliveries to %s taken again", subscription.node, subscription.jid)
             for message in messages:
                 self._delivered(subscription, message)
             taken += len(messages)
         return taken
+
+    def _not_taken(self, subscription: Subscription, error: OSError) -> None:
+        """The store refused to lock `subscription`'s next items (a read-only disk, EIO, a
+        target/ moved to another disk): told once, not at each round of the timer, and
+        again if the errno changes; the items stay ready and are tried again each round."""
+        if subscription.failing.news(error):
+            log.error(
+                "%s: deliveries to %s not taken: %s; what is ready stays in target/ and is "
+                "tried again (told once)",
+                subscription.node,
+                subscription.jid,
+                store_failure(error),
+            )
 
     def close(
         self,
