@@ -288,3 +288,39 @@ def test_a_store_failure_taking_a_subscribers_items_is_logged_once_and_keeps_the
     assert told.getMessage().startswith("jobs: deliveries to alice@localhost/r not taken: ")
     assert "EXDEV" in told.getMessage()
     assert (other_disk / "4.dropped.T").exists()  # still ready, for when the store takes it
+
+
+def test_an_unsubscribe_whose_locks_cannot_be_given_back_is_answered_result(
+    prosody: Prosody, box: boxmq.Box, other_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # target/ moved to another disk under a symlink: alice's item, given back as she
+    # unsubscribes, is a rename across file systems (EXDEV). The subscription was ended
+    # before the release failed, and she was answered wait internal-server-error: an
+    # unsubscribe to try again, which then said she was not subscribed.
+    target = Path(queue_path(box.root, "jobs")) / "target"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as [alice, carol]:
+            await alice.subscribe(1)
+            item = await carol.publish("<job xmlns='urn:example'>kept</job>")
+            assert (await alice.next_event()).item == item
+            target.rmdir()  # empty: the item is alice's, in processing/
+            target.symlink_to(other_disk, target_is_directory=True)
+            reply = await alice.request(
+                f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='{alice.boundjid.bare}'/>"
+                "</pubsub>"
+            )
+            assert reply.get("type") == "result", ET.tostring(reply)
+            assert await _subscribed(alice) == []  # ended, as the result says
+
+    with caplog.at_level(logging.ERROR):
+        run(scenario())
+    assert _tracebacks(caplog) == []  # the store's refusal, not a bug
+    [logged] = [r for r in caplog.records if r.name == "boxmq.xmpp"]
+    assert logged.getMessage().startswith(
+        "alice@localhost/r unsubscribed from jobs; its 1 held item(s) not given back: "
+    )
+    assert "EXDEV" in logged.getMessage()
+    # Nothing lost: still in processing/ under alice's lock, which the sweep gives back at
+    # its deadline (docs/xmpp.md)
+    assert box.queue("jobs").counts().locked == 1

@@ -1039,11 +1039,28 @@ class QueueService:
                 _INVALID_SUBID,
                 f"subid {request.subid!r} is not {iq.sender}'s subscription to {request.node}",
             )
-        if subscription.held:  # given back now: its unlocks may follow (XEP-0254 §4)
+        held = len(subscription.held)
+        if held:  # given back now: its unlocks may follow (XEP-0254 §4)
             self._given_back[iq.sender, request.node] = {
                 item: message.lock_deadline for item, message in subscription.held.items()
             }
-        self._end(subscription)
+        try:
+            self._end(subscription)
+        except OSError as error:
+            # Answered result all the same, which is what the subscriber's view holds: the
+            # subscription is ended before its locks are released (no item comes to it any
+            # more, and a second unsubscribe is not-subscribed). Kept instead, it would go
+            # on feeding items to a client that asked to stop. An error (wait: try again)
+            # said the unsubscribe was not done. What it held stays in processing/ under
+            # its lock, and comes back to the others at its deadline (the sweep).
+            log.error(
+                "%s unsubscribed from %s; its %d held item(s) not given back: %s; they "
+                "stay locked until their lock timeout",
+                iq.sender,
+                request.node,
+                held,
+                store_failure(error),
+            )
         return render.result(iq)
 
     def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:
