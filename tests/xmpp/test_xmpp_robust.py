@@ -252,3 +252,75 @@ def test_a_store_failure_ending_one_subscription_of_a_leaver_ends_the_others(
     assert isinstance(logged.exc_info[1], OSError)  # type: ignore[index]
     assert logged.getMessage() == "alice@localhost/r left: its subscription to jobs not ended"
     assert box.queue("jobs").counts().locked == 1  # kept under alice's lock, for the sweep
+
+
+def test_a_store_failure_taking_a_subscribers_items_is_logged_once_and_keeps_the_others(
+    prosody: Prosody, box: boxmq.Box, other_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # jobs' target/ moved to another disk under a symlink, a file dropped there: each claim
+    # of it for alice is a rename across file systems (EXDEV), a real OSError, which left
+    # poll_touched through the component's call_later (asyncio's "Exception in callback",
+    # none of boxmq's words), and the timer's poll a traceback every 50 ms.
+    box.queue("other")
+    target = Path(queue_path(box.root, "jobs")) / "target"
+    target.rmdir()
+    target.symlink_to(other_disk, target_is_directory=True)
+    (other_disk / "4.dropped.T").write_bytes(b"<job xmlns='urn:example'>stuck</job>")
+
+    async def scenario() -> None:
+        async with (
+            component(prosody, box),
+            clients(prosody, "alice", "bob", "carol") as [alice, bob, carol],
+        ):
+            assert (await alice.subscribe(1)).get("type") == "result"
+            await bob.subscribe(1, "other")
+            item = await carol.publish("<job xmlns='urn:example'>served</job>", "other")
+            assert (await bob.next_event()).item == item
+            await asyncio.sleep(0.5)  # ten rounds of the timer, each claim refused
+            assert alice.received == []
+
+    with caplog.at_level(logging.INFO):
+        run(scenario())
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    assert _tracebacks(caplog) == []
+    [told] = [r for r in caplog.records if "not taken" in r.getMessage()]
+    assert (told.name, told.levelname) == ("boxmq.xmpp", "ERROR")
+    assert told.getMessage().startswith("jobs: deliveries to alice@localhost/r not taken: ")
+    assert "EXDEV" in told.getMessage()
+    assert (other_disk / "4.dropped.T").exists()  # still ready, for when the store takes it
+
+
+def test_an_unsubscribe_whose_locks_cannot_be_given_back_is_answered_result(
+    prosody: Prosody, box: boxmq.Box, other_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # target/ moved to another disk under a symlink: alice's item, given back as she
+    # unsubscribes, is a rename across file systems (EXDEV). The subscription was ended
+    # before the release failed, and she was answered wait internal-server-error: an
+    # unsubscribe to try again, which then said she was not subscribed.
+    target = Path(queue_path(box.root, "jobs")) / "target"
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice", "carol") as [alice, carol]:
+            await alice.subscribe(1)
+            item = await carol.publish("<job xmlns='urn:example'>kept</job>")
+            assert (await alice.next_event()).item == item
+            target.rmdir()  # empty: the item is alice's, in processing/
+            target.symlink_to(other_disk, target_is_directory=True)
+            reply = await alice.request(
+                f"<pubsub xmlns='{PS}'><unsubscribe node='jobs' jid='{alice.boundjid.bare}'/>"
+                "</pubsub>"
+            )
+            assert reply.get("type") == "result", ET.tostring(reply)
+            assert await _subscribed(alice) == []  # ended, as the result says
+
+    with caplog.at_level(logging.ERROR):
+        run(scenario())
+    assert _tracebacks(caplog) == []  # the store's refusal, not a bug
+    [logged] = [r for r in caplog.records if r.name == "boxmq.xmpp"]
+    assert logged.getMessage().startswith(
+        "alice@localhost/r unsubscribed from jobs; its 1 held item(s) not given back: "
+    )
+    assert "EXDEV" in logged.getMessage()
+    # Nothing lost: still in processing/ under alice's lock, which the sweep gives back at
+    # its deadline (docs/xmpp.md)
+    assert box.queue("jobs").counts().locked == 1

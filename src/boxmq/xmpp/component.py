@@ -127,9 +127,14 @@ class QueueComponent(ComponentXMPP):
 
     def _poll(self) -> None:
         self._poll_pending = False
-        self.service.flush()  # the batch's publishes, one commit per queue
-        if self.connected.is_set():  # else the timer's round after the reconnect
-            self.service.poll_touched()
+        try:
+            self.service.flush()  # the batch's publishes, one commit per queue
+            if self.connected.is_set():  # else the timer's round after the reconnect
+                self.service.poll_touched()
+        except Exception:
+            # A bug: raised, it went to asyncio's handler ("Exception in callback"), without
+            # a word of what was left undone. The timer's next round takes the deliveries.
+            log.exception("the publishes and deliveries of a batch of stanzas")
 
     # -- stanzas out -------------------------------------------------------------------------
 

@@ -615,10 +615,28 @@ class QueueService:
             except BoxMQError as error:  # a file swept away under us: try again later
                 log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
                 continue
+            except OSError as error:  # raised, it cost every subscription after this one
+                self._not_taken(subscription, error)
+                continue
+            if subscription.failing.recovered():
+                log.info("%s: deliveries to %s taken again", subscription.node, subscription.jid)
             for message in messages:
                 self._delivered(subscription, message)
             taken += len(messages)
         return taken
+
+    def _not_taken(self, subscription: Subscription, error: OSError) -> None:
+        """The store refused to lock `subscription`'s next items (a read-only disk, EIO, a
+        target/ moved to another disk): told once, not at each round of the timer, and
+        again if the errno changes; the items stay ready and are tried again each round."""
+        if subscription.failing.news(error):
+            log.error(
+                "%s: deliveries to %s not taken: %s; what is ready stays in target/ and is "
+                "tried again (told once)",
+                subscription.node,
+                subscription.jid,
+                store_failure(error),
+            )
 
     def close(
         self,
@@ -1021,11 +1039,28 @@ class QueueService:
                 _INVALID_SUBID,
                 f"subid {request.subid!r} is not {iq.sender}'s subscription to {request.node}",
             )
-        if subscription.held:  # given back now: its unlocks may follow (XEP-0254 §4)
+        held = len(subscription.held)
+        if held:  # given back now: its unlocks may follow (XEP-0254 §4)
             self._given_back[iq.sender, request.node] = {
                 item: message.lock_deadline for item, message in subscription.held.items()
             }
-        self._end(subscription)
+        try:
+            self._end(subscription)
+        except OSError as error:
+            # Answered result all the same, which is what the subscriber's view holds: the
+            # subscription is ended before its locks are released (no item comes to it any
+            # more, and a second unsubscribe is not-subscribed). Kept instead, it would go
+            # on feeding items to a client that asked to stop. An error (wait: try again)
+            # said the unsubscribe was not done. What it held stays in processing/ under
+            # its lock, and comes back to the others at its deadline (the sweep).
+            log.error(
+                "%s unsubscribed from %s; its %d held item(s) not given back: %s; they "
+                "stay locked until their lock timeout",
+                iq.sender,
+                request.node,
+                held,
+                store_failure(error),
+            )
         return render.result(iq)
 
     def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:

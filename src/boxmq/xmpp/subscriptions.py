@@ -16,6 +16,7 @@ from typing import Final
 from boxmq.client.message import Message
 from boxmq.client.receiver import Receiver
 from boxmq.core.topics import SHARE_PREFIX
+from boxmq.errors import RecurringFailure
 from boxmq.xmpp.qos_out import Level
 
 __all__ = ["SHARE_GROUP", "Subscription", "Subscriptions", "consumer_name", "topic_node_of"]
@@ -54,6 +55,8 @@ class Subscription:
     closed: bool = False
     timeouts: int = 0  # deliveries in a row that timed out unanswered
     silent_at: float = float("-inf")  # when the last of those timed out
+    # The store refusing to take its items (poll), told once, not at each round of the timer
+    failing: RecurringFailure = field(default_factory=RecurringFailure)
 
 
 class Subscriptions:
