@@ -134,7 +134,10 @@ class QueueComponent(ComponentXMPP):
         except Exception:
             # A bug: raised, it went to asyncio's handler ("Exception in callback"), without
             # a word of what was left undone. The timer's next round takes the deliveries.
-            log.exception("the publishes and deliveries of a batch of stanzas")
+            log.exception(
+                "a batch of stanzas' publishes or deliveries failed; the timer's next round "
+                "takes the deliveries again"
+            )
 
     # -- stanzas out -------------------------------------------------------------------------
 
