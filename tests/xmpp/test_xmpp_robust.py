@@ -324,3 +324,35 @@ def test_an_unsubscribe_whose_locks_cannot_be_given_back_is_answered_result(
     # Nothing lost: still in processing/ under alice's lock, which the sweep gives back at
     # its deadline (docs/xmpp.md)
     assert box.queue("jobs").counts().locked == 1
+
+
+def test_an_item_that_cannot_go_to_error_costs_only_itself_the_next_delivered(
+    prosody: Prosody, box: boxmq.Box, other_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # jobs' error/ moved to another disk under a symlink, and a script dropped an item whose
+    # id XML cannot carry (`4.a%01b.T`) beside one it can: the first, never sendable, is
+    # rejected to error/, a rename across file systems (EXDEV), a real OSError. It left
+    # poll() at that item, and `ok`, taken for alice in the same look, stayed locked to
+    # her, no notification sent, until its lock timed out (30 s here).
+    error = Path(queue_path(box.root, "jobs")) / "error"
+    error.rmdir()
+    error.symlink_to(other_disk, target_is_directory=True)
+    target = Path(queue_path(box.root, "jobs")) / "target"
+    (target / "4.a%01b.T").write_bytes(b"<job xmlns='urn:example'>unsendable</job>")
+    (target / "4.ok.T").write_bytes(b"<job xmlns='urn:example'>fine</job>")
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice") as [alice]:
+            assert (await alice.subscribe(2)).get("type") == "result"
+            assert (await asyncio.wait_for(alice.next_event(), 10)).item == "ok"
+
+    with caplog.at_level(logging.WARNING):
+        run(scenario())
+    assert _tracebacks(caplog) == []  # the store's refusal, not a bug
+    [told] = [r for r in caplog.records if "nor moved to error/" in r.getMessage()]
+    assert (told.name, told.levelname) == ("boxmq.xmpp", "ERROR")
+    assert told.getMessage().startswith("jobs: 'a\\x01b' not sent, nor moved to error/: ")
+    assert "EXDEV" in told.getMessage()
+    # Nothing lost: still in processing/ under alice's lock, which the sweep gives back at
+    # its deadline
+    assert [p.envelope.message_id for p in box.queue("jobs").peek(state="processing")] == ["a\x01b"]

@@ -1351,12 +1351,25 @@ class QueueService:
     def _unsendable(self, node: str, message: Message, why: str) -> None:
         """An item no XMPP server would take from the component (put by the API, the CLI,
         MQTT or a script): sent, it would end the component's stream at each try, everyone's
-        notifications in flight with it. It goes to error/, where `boxmq requeue` finds it."""
-        log.warning("%s: %r not sent, moved to error/: %s", node, message.id, why)
+        notifications in flight with it. It goes to error/, where `boxmq requeue` finds it.
+        A move the file system refuses (error/ on another disk, read-only, EIO) costs this
+        item alone: raised, it left poll() there, and the items taken with it stayed locked
+        to the subscriber, none of them sent, until their lock timeouts."""
         try:
             message.reject()
+        except OSError as error:
+            log.error(
+                "%s: %r not sent, nor moved to error/: %s; %s; it stays in processing/ under "
+                "its lock until the sweep gives it back at its deadline, then is tried again",
+                node,
+                message.id,
+                why,
+                store_failure(error),
+            )
+            return
         except BoxMQError as error:  # taken back meanwhile: it comes round again
             log.debug("ignored: %s", error)
+        log.warning("%s: %r not sent, moved to error/: %s", node, message.id, why)
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
         """The subscriber never acknowledged (or refused) the item: it is told, as for a lock
