@@ -20,7 +20,7 @@ from tests.xmpp.test_xmpp_prosody import _raw_request, run
 
 import boxmq
 from boxmq.store.layout import queue_path
-from boxmq.xmpp import ns, requests, service
+from boxmq.xmpp import ns, payloads, requests, service
 
 
 @pytest.fixture
@@ -356,3 +356,37 @@ def test_an_item_that_cannot_go_to_error_costs_only_itself_the_next_delivered(
     # Nothing lost: still in processing/ under alice's lock, which the sweep gives back at
     # its deadline
     assert [p.envelope.message_id for p in box.queue("jobs").peek(state="processing")] == ["a\x01b"]
+
+
+def test_a_bug_delivering_one_item_costs_only_that_item(
+    prosody: Prosody,
+    box: boxmq.Box,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # No real fault is left in _delivered (a store's refusal to move an unsendable item is
+    # the test above): the bug is made by patching the wrapping of a body into its item to
+    # raise for one body. Raised, it left poll() at that item, and the one taken with it
+    # stayed locked to alice, not sent, until its lock timed out (30 s here).
+    def buggy(body: bytes) -> str:
+        if b"buggy" in body:
+            raise RuntimeError("a bug")
+        return payloads.payload_of(body)
+
+    monkeypatch.setattr(service, "payload_of", buggy)
+    jobs = box.queue("jobs")
+    first = jobs.put(b"<job xmlns='urn:example'>buggy</job>")
+    second = jobs.put(b"<job xmlns='urn:example'>fine</job>")
+
+    async def scenario() -> None:
+        async with component(prosody, box), clients(prosody, "alice") as [alice]:
+            assert (await alice.subscribe(2)).get("type") == "result"
+            assert (await asyncio.wait_for(alice.next_event(), 10)).item == second
+
+    with caplog.at_level(logging.ERROR):
+        run(scenario())
+    [logged] = _tracebacks(caplog)
+    assert (logged.name, str(logged.exc_info[1])) == ("boxmq.xmpp", "a bug")  # type: ignore[index]
+    assert logged.getMessage() == (
+        f"jobs: {first!r} not sent to alice@localhost/r (a bug); it comes back at its lock timeout"
+    )
