@@ -1387,6 +1387,7 @@ class QueueService:
             return
         except BoxMQError as error:  # taken back meanwhile: it comes round again
             log.debug("ignored: %s", error)
+            return
         log.warning("%s: %r not sent, moved to error/: %s", node, message.id, why)
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
