@@ -1125,11 +1125,25 @@ def test_a_message_s_lock_deadline_is_the_one_its_own_extend_set(
     got.ack()
 
 
+def _taken_by_receive_nowait(consumer: boxmq.Consumer) -> list[boxmq.Message]:
+    message = consumer.receive_nowait()
+    return [] if message is None else [message]
+
+
+def _taken_by_receive_ready(consumer: boxmq.Consumer) -> list[boxmq.Message]:
+    return consumer.receive_ready()
+
+
+@pytest.mark.parametrize("take", [_taken_by_receive_nowait, _taken_by_receive_ready])
 def test_a_message_locked_ahead_that_expires_before_the_receive_goes_to_expired(
-    manual_box: boxmq.Box, clock: ManualClock
+    manual_box: boxmq.Box,
+    clock: ManualClock,
+    take: Callable[[boxmq.Consumer], list[boxmq.Message]],
 ) -> None:
     # concepts.md: a message past its expiration goes to expired/, no consumer given it. One
-    # locked ahead for a consumer (a free slot) was handed out by its receive, expired.
+    # locked ahead for a consumer (a free slot) was handed out by its receive, expired; and
+    # what waits behind it takes its slot in the same call (receive_ready once came back
+    # empty, "next" left for the call after).
     jobs = manual_box.queue("jobs")
     jobs.put(b"lasts")
     jobs.put(b"brief", expires_in=5)
@@ -1140,8 +1154,7 @@ def test_a_message_locked_ahead_that_expires_before_the_receive_goes_to_expired(
         assert first.text() == "lasts"
         assert a.holding() == 2  # "brief" locked ahead
         clock.advance(6)
-        second = a.receive_nowait()
-        assert second is not None
+        [second] = take(a)
         assert second.text() == "next"
         assert jobs.counts().expired == 1
         assert [p.envelope.expiration for p in jobs.peek(state=State.EXPIRED)] == [
@@ -1151,28 +1164,6 @@ def test_a_message_locked_ahead_that_expires_before_the_receive_goes_to_expired(
         first.ack()
         second.ack()
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 2, 0, 1, 0)
-
-
-def test_receive_ready_fills_the_slot_a_locked_ahead_message_left_when_it_expired(
-    manual_box: boxmq.Box, clock: ManualClock
-) -> None:
-    # receive_ready is what receive_nowait returns call after call: the expired one frees
-    # its slot, and what waits behind it is handed out in the same call (it once came back
-    # empty, "next" left for the call after).
-    jobs = manual_box.queue("jobs")
-    jobs.put(b"lasts")
-    jobs.put(b"brief", expires_in=5)
-    jobs.put(b"next")
-    jobs.put(b"last")
-    with jobs.consumer("a", max_in_flight=2, lock_timeout=60) as a:
-        first = a.receive_nowait()
-        assert first is not None
-        assert a.holding() == 2  # "brief" locked ahead
-        clock.advance(6)
-        assert [m.text() for m in a.receive_ready()] == ["next"]
-        assert jobs.counts().expired == 1
-        first.ack()
-        assert [m.text() for m in a.receive_ready()] == ["last"]
 
 
 def test_a_queue_consumer_closed_with_keep_locks_releases_what_it_holds(
