@@ -75,11 +75,44 @@ def _listed(words: Sequence[str], marked: str, note: str) -> str:
     return ", ".join(f"{word} ({note})" if word == marked else word for word in words)
 
 
+# The folder behind each of `ls`'s counts that is not named as its folder is: a new user who
+# read `ls` typed `peek q --state dead`, and was shown only the folders' names.
+_LS_COUNTS = {
+    "ready": State.TARGET,
+    "locked": State.PROCESSING,
+    "done": State.PROCESSED,
+    "dead": State.ERROR,
+}
+
+
 class _Parser(argparse.ArgumentParser):
     """Its usage errors show an argument's bytes that are not UTF-8 as \\xNN (output.said)."""
 
     def error(self, message: str) -> NoReturn:
         super().error(output.said(message))
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """argparse's check of a value against the option's choices: the one place its
+        "invalid choice" error is made with the option at hand, to name the folder meant."""
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as error:
+            hint = _ls_count_folder(action, value)
+            if not hint:
+                raise
+            raise argparse.ArgumentError(action, f"{error.message}{hint}") from None
+
+
+def _ls_count_folder(action: argparse.Action, value: object) -> str:
+    """`" (ls's DEAD is error/: --state error)"` for a folder option given the word `ls` counts
+    that folder's messages under, when the option takes that folder; else ""."""
+    if not isinstance(value, str):
+        return ""
+    folder = _LS_COUNTS.get(value)
+    if folder is None or action.choices is None or folder.value not in action.choices:
+        return ""
+    option = action.option_strings[0]
+    return f" (ls's {value.upper()} is {folder.value}/: {option} {folder.value})"
 
 
 _Arguments = Callable[[argparse.ArgumentParser], None]  # adds one command's arguments

@@ -2016,6 +2016,41 @@ def test_another_command_s_option_for_the_same_folder_is_refused_with_this_one_s
     _refused_as_unrecognized(root, args, says)
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("peek", "q", "--state", "dead"), "(ls's DEAD is error/: --state error)"),
+        (("peek", "q", "--state", "locked"), "(ls's LOCKED is processing/: --state processing)"),
+        (("peek", "q", "--state", "ready"), "(ls's READY is target/: --state target)"),
+        (("purge", "q", "--state", "done"), "(ls's DONE is processed/: --state processed)"),
+        (("requeue", "q", "--from", "dead"), "(ls's DEAD is error/: --from error)"),
+        (("requeue", "q", "--from=done"), "(ls's DONE is processed/: --from processed)"),
+    ],
+)
+def test_a_state_named_as_ls_counts_it_is_refused_with_the_folder_it_is(
+    root: Path, args: tuple[str, ...], says: str
+) -> None:
+    """`ls` counts READY, LOCKED, DONE and DEAD, where --state and --from take the folders'
+    names: `peek q --state dead` was told only "invalid choice" and the folders, none of them
+    `ls`'s word (found typing the README's tour as a new user, after `ls`)."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(says), done.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [("purge", "q", "--state", "locked"), ("peek", "q", "--state", "x")]
+)
+def test_a_state_whose_folder_the_option_does_not_take_gets_no_folder_named(
+    root: Path, args: tuple[str, ...]
+) -> None:
+    """purge leaves locked messages alone: it is not told to purge processing/, which it refuses."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    assert "invalid choice" in done.stderr
+    assert "ls's" not in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
 @pytest.mark.parametrize(("name", "says"), [("x/y", "contains '/'"), ("x" * 41, "40-byte")])
 def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(

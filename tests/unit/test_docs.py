@@ -247,6 +247,16 @@ def test_every_command_and_option_is_in_cli_md() -> None:
     assert missing == []
 
 
+def test_the_readme_s_list_of_commands_names_every_command() -> None:
+    """The README's bullet on the `boxmq` command lists what a new user can type; it left out
+    `retained`, which `boxmq --help` lists."""
+    readme = _prose(REPO / "README.md")
+    bullet = re.search(r"^- \*\*The `boxmq` command\*\*:(.*?)(?=^- |^$)", readme, re.M | re.S)
+    assert bullet is not None
+    listed = set(re.findall(r"[a-z]+", bullet[1].partition(";")[0]))
+    assert sorted(set(_commands()) - listed) == []
+
+
 def _without_usages(text: str) -> str:
     """cli.md without the first cell of each row of its tables (a command's usage: `passwd
     FILE USER [--password P \\| --stdin \\| --delete]`), up to its first `|` not escaped."""
