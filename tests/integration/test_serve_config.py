@@ -199,6 +199,26 @@ def test_the_start_up_log_says_who_trusted_sources_lets_send_exactly_once(
     assert said not in log
 
 
+@pytest.mark.parametrize(("entry", "index"), [("*", 1), ("alice@*.example.org", 2)])
+def test_a_wildcard_in_trusted_sources_is_refused_not_taken_for_a_sender(
+    tmp_path: Path, entry: str, index: int
+) -> None:
+    """`trusted_sources = ["*"]`, written to let anyone send, was served as a JID of domain
+    "*", which no XMPP server stamps: every QoS 2 and assured message was refused."""
+    listed = ", ".join(f'"{e}"' for e in [*["mqtt:billing"] * (index - 1), entry])
+    config = tmp_path / "boxmq.toml"
+    config.write_text(f"[exactly_once]\ntrusted_sources = [{listed}]\n")
+    # --no-mqtt: the old code served it, on no port another test or broker may hold.
+    done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: {config}: exactly_once.trusted_sources[{index}]: {entry!r} holds a '*', "
+        "which no JID's domain holds: the list takes no wildcards (leave trusted_sources out "
+        "to let anyone send exactly once, or list each sender)\n"
+    )
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     tmp_path: Path,
 ) -> None:
