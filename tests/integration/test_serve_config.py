@@ -290,6 +290,42 @@ def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
     )
 
 
+def test_a_password_file_and_an_acl_file_given_for_each_other_are_named_so(
+    tmp_path: Path,
+) -> None:
+    """The two files swapped in [security]: the password file's check said `expected
+    NAME:HASH` of `user alice`, and the ACL's `unknown keyword` quoted alice's hash, salt and
+    digest, to the terminal and the log, without a word of the swap."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    (tmp_path / "acl").write_text("# who may do what\nuser alice\ntopic readwrite alice/#\n")
+    config = tmp_path / "boxmq.toml"
+    for key, given, says in [
+        (
+            "password_file",
+            "acl",
+            "a line of an ACL file ('user alice'), not a user's NAME:HASH: password_file names "
+            "the ACL file (give it as acl_file, and the file `boxmq passwd` makes as "
+            "password_file)",
+        ),
+        (
+            "acl_file",
+            "passwd",
+            "a line of a password file (user 'alice' and the hash of a password), not of an ACL: "
+            "acl_file names the password file (give it as password_file, and the ACL file as "
+            "acl_file)",
+        ),
+    ]:
+        config.write_text(f'[security]\n{key} = "{given}"\n')
+        done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        line = 2 if given == "acl" else 1
+        assert done.stderr == (
+            f"boxmq serve: {config}: security.{key}: {tmp_path / given}:{line}: {says}\n"
+        )
+        assert "scrypt" not in done.stderr
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:
     """TOML can write one (\\u0000) and no file name holds one: `data` was a traceback from
     the root's makedirs, `password_file` and `acl_file` one from their open()."""
