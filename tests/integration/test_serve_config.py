@@ -9,6 +9,7 @@ import re
 import resource
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -269,6 +270,36 @@ def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_pat
     assert by_certificate in log
     flags = ("serve", "--config", str(config), "--mqtt", "127.0.0.1:0")
     assert by_certificate not in _serve_until_ready(*flags, cwd=tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_certificate_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> None:
+    """A certificate exported in DER (binary; a Windows `.cer`, a `.der`) was refused with
+    "holds no PEM certificate": true, but the operator holding a certificate did not learn
+    that it was one, nor the openssl line that makes the PEM file boxmq reads."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    der = tmp_path / "server.cer"
+    der.write_bytes(ssl.PEM_cert_to_DER_cert((tmp_path / "server.crt").read_text()))
+    config = tmp_path / "boxmq.toml"
+    for key, files in [
+        ("cert", 'cert = "server.cer", key = "server.key"'),
+        ("ca", 'cert = "server.crt", key = "server.key", ca = "server.cer"'),
+    ]:
+        config.write_text(f"[[mqtt.listener]]\nport = 0\ntls = {{ {files} }}\n")
+        done = _boxmq("serve", "--config", str(config), cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        what = "certificate" if key == "cert" else "CA"
+        assert done.stderr == (
+            f"boxmq serve: {config}: mqtt.listener[1].tls.{key}: TLS {what} file {der} holds a "
+            "certificate in DER (binary) form, where PEM is read: convert it with `openssl "
+            f"x509 -inform der -in {der} -out {tmp_path / 'server.pem'}` and give the new file\n"
+        )
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
