@@ -732,6 +732,13 @@ def _trusted_sources(table: Table) -> frozenset[str] | None:
     if entries is None:
         return None
     for index, entry in enumerate(entries, start=1):
+        if _wildcard_domain(entry):
+            raise table.error(
+                f"trusted_sources[{index}]",
+                f"{entry!r} holds a '*', which no JID's domain holds: the list takes no "
+                "wildcards (leave trusted_sources out to let anyone send exactly once, or list "
+                "each sender)",
+            )
         problem = _names_no_sender(entry)
         if problem is not None:
             raise table.error(
@@ -740,6 +747,17 @@ def _trusted_sources(table: Table) -> frozenset[str] | None:
                 '("mqtt:sensor-1"), a JID for an XMPP sender ("alice@example.org")',
             )
     return frozenset(entries)
+
+
+def _wildcard_domain(entry: str) -> bool:
+    """Whether `entry` is a JID with a `*` in its domain (`*`, `alice@*.example.org`): one
+    written as a wildcard, which slixmpp takes as a JID, but no XMPP server stamps a `from`
+    with (a domain is a host name or an address, RFC 7622 §3.2), so it would trust no one.
+    A `*` of a localpart, a resource or an MQTT client id may be a sender's own: kept."""
+    if entry.startswith(MQTT_SOURCE_PREFIX):
+        return False
+    domain = entry.partition("/")[0].rpartition("@")[2]
+    return "*" in domain
 
 
 def _names_no_sender(entry: str) -> str | None:

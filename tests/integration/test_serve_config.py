@@ -9,6 +9,7 @@ import re
 import resource
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -199,6 +200,26 @@ def test_the_start_up_log_says_who_trusted_sources_lets_send_exactly_once(
     assert said not in log
 
 
+@pytest.mark.parametrize(("entry", "index"), [("*", 1), ("alice@*.example.org", 2)])
+def test_a_wildcard_in_trusted_sources_is_refused_not_taken_for_a_sender(
+    tmp_path: Path, entry: str, index: int
+) -> None:
+    """`trusted_sources = ["*"]`, written to let anyone send, was served as a JID of domain
+    "*", which no XMPP server stamps: every QoS 2 and assured message was refused."""
+    listed = ", ".join(f'"{e}"' for e in [*["mqtt:billing"] * (index - 1), entry])
+    config = tmp_path / "boxmq.toml"
+    config.write_text(f"[exactly_once]\ntrusted_sources = [{listed}]\n")
+    # --no-mqtt: the old code served it, on no port another test or broker may hold.
+    done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: {config}: exactly_once.trusted_sources[{index}]: {entry!r} holds a '*', "
+        "which no JID's domain holds: the list takes no wildcards (leave trusted_sources out "
+        "to let anyone send exactly once, or list each sender)\n"
+    )
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     tmp_path: Path,
 ) -> None:
@@ -251,6 +272,36 @@ def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_pat
     assert by_certificate not in _serve_until_ready(*flags, cwd=tmp_path)
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_certificate_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> None:
+    """A certificate exported in DER (binary; a Windows `.cer`, a `.der`) was refused with
+    "holds no PEM certificate": true, but the operator holding a certificate did not learn
+    that it was one, nor the openssl line that makes the PEM file boxmq reads."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    der = tmp_path / "server.cer"
+    der.write_bytes(ssl.PEM_cert_to_DER_cert((tmp_path / "server.crt").read_text()))
+    config = tmp_path / "boxmq.toml"
+    for key, files in [
+        ("cert", 'cert = "server.cer", key = "server.key"'),
+        ("ca", 'cert = "server.crt", key = "server.key", ca = "server.cer"'),
+    ]:
+        config.write_text(f"[[mqtt.listener]]\nport = 0\ntls = {{ {files} }}\n")
+        done = _boxmq("serve", "--config", str(config), cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        what = "certificate" if key == "cert" else "CA"
+        assert done.stderr == (
+            f"boxmq serve: {config}: mqtt.listener[1].tls.{key}: TLS {what} file {der} holds a "
+            "certificate in DER (binary) form, where PEM is read: convert it with `openssl "
+            f"x509 -inform der -in {der} -out {tmp_path / 'server.pem'}` and give the new file\n"
+        )
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
     tmp_path: Path,
 ) -> None:
@@ -268,6 +319,42 @@ def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
         "write, readwrite or deny before the filter (for a topic filter whose first level holds "
         "a space, give its access first: readwrite denny alice/secret/#)\n"
     )
+
+
+def test_a_password_file_and_an_acl_file_given_for_each_other_are_named_so(
+    tmp_path: Path,
+) -> None:
+    """The two files swapped in [security]: the password file's check said `expected
+    NAME:HASH` of `user alice`, and the ACL's `unknown keyword` quoted alice's hash, salt and
+    digest, to the terminal and the log, without a word of the swap."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    (tmp_path / "acl").write_text("# who may do what\nuser alice\ntopic readwrite alice/#\n")
+    config = tmp_path / "boxmq.toml"
+    for key, given, says in [
+        (
+            "password_file",
+            "acl",
+            "a line of an ACL file ('user alice'), not a user's NAME:HASH: password_file names "
+            "the ACL file (give it as acl_file, and the file `boxmq passwd` makes as "
+            "password_file)",
+        ),
+        (
+            "acl_file",
+            "passwd",
+            "a line of a password file (user 'alice' and the hash of a password), not of an ACL: "
+            "acl_file names the password file (give it as password_file, and the ACL file as "
+            "acl_file)",
+        ),
+    ]:
+        config.write_text(f'[security]\n{key} = "{given}"\n')
+        done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        line = 2 if given == "acl" else 1
+        assert done.stderr == (
+            f"boxmq serve: {config}: security.{key}: {tmp_path / given}:{line}: {says}\n"
+        )
+        assert "scrypt" not in done.stderr
+    assert not (tmp_path / "data").exists()
 
 
 def test_a_nul_character_in_a_file_name_is_one_line_naming_file_and_key(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from typing import Final
 from boxmq.core.filter_relations import covers, overlaps
 from boxmq.core.topics import SHARE_PREFIX, matches, parse_filter, validate_filter
 from boxmq.errors import InvalidArgument, InvalidTopic
-from boxmq.mqtt.passwords import ReadAtStart
+from boxmq.mqtt.passwords import ReadAtStart, entry_user
 
 __all__ = ["Access", "Acl", "Rule", "substitute"]
 
@@ -139,9 +139,7 @@ class Acl:
                 elif keyword == "pattern":
                     patterns.append(_rule(rest, number))
                 else:
-                    raise InvalidArgument(
-                        f"unknown keyword {keyword!r}: expected user, topic or pattern"
-                    )
+                    raise InvalidArgument(_unknown_keyword(keyword, line))
             except InvalidArgument as error:
                 raise InvalidArgument(f"{path}:{number}: {error}") from None
         return cls(
@@ -207,6 +205,19 @@ class Acl:
             concrete = _substitute(rule, username, client_id)
             if concrete is not None:
                 yield concrete
+
+
+def _unknown_keyword(keyword: str, line: str) -> str:
+    """What to say of a line that starts with no keyword. A password file's entry is told as
+    one, without its hash, which the message would otherwise show to the terminal and the log."""
+    user = entry_user(line)
+    if user is not None:
+        return (
+            f"a line of a password file (user {user!r} and the hash of a password), not of an "
+            "ACL: acl_file names the password file (give it as password_file, and the ACL file "
+            "as acl_file)"
+        )
+    return f"unknown keyword {keyword!r}: expected user, topic or pattern"
 
 
 def _first_word(text: str) -> tuple[str, str]:

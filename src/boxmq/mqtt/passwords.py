@@ -43,6 +43,7 @@ __all__ = [
     "PasswordFile",
     "ReadAtStart",
     "delete_user",
+    "entry_user",
     "file_version",
     "hash_password",
     "set_password",
@@ -61,6 +62,9 @@ _MAX_PBKDF2_ITERATIONS: Final = 10_000_000
 _SALT_BYTES: Final = 16
 _DIGEST_BYTES: Final = 32
 _COMMENT: Final = "#"
+# The first words of an ACL file's lines (boxmq.mqtt.acl, which imports this module): a line
+# starting with one, that is no entry, is a sign of the ACL given as the password file.
+_ACL_KEYWORDS: Final = ("user", "topic", "pattern")
 
 log = logging.getLogger("boxmq.mqtt")
 
@@ -361,9 +365,30 @@ def _read_lines(path: Path) -> list[str]:
         raise InvalidArgument(f"cannot read password file {path}: {error.strerror}") from None
 
 
+def entry_user(line: str) -> str | None:
+    """The user of `line` if it is written as an entry of a password file (`NAME:HASH`, the
+    hash boxmq's or mosquitto_passwd's), else None: for the ACL file to tell a password file
+    given in its place, without quoting the hash."""
+    username, colon, hashed = line.strip().rpartition(":")
+    known = hashed.startswith(("$6$", "$7$")) or hashed.split("$")[0] in _DEFAULT_COSTS
+    return username if colon and known and "$" in hashed else None
+
+
 def _is_entry(line: str) -> bool:
     stripped = line.strip()
     return bool(stripped) and not stripped.startswith(_COMMENT)
+
+
+def _no_entry(line: str, error: InvalidArgument) -> str:
+    """What to say of a line that is no entry: the ACL file given as the password file is
+    told so, rather than `expected NAME:HASH` of a `user alice` line."""
+    if line.split(maxsplit=1)[0] in _ACL_KEYWORDS:
+        return (
+            f"a line of an ACL file ({line.strip()!r}), not a user's NAME:HASH: password_file "
+            "names the ACL file (give it as acl_file, and the file `boxmq passwd` makes as "
+            "password_file)"
+        )
+    return str(error)
 
 
 def _parse_entries(
@@ -379,7 +404,7 @@ def _parse_entries(
         try:
             entry = PasswordEntry.parse(line.strip())
         except InvalidArgument as error:
-            raise InvalidArgument(f"{path}:{number}: {error}") from None
+            raise InvalidArgument(f"{path}:{number}: {_no_entry(line, error)}") from None
         name = entry.username
         if name in seen:
             # Which one a broker took would be the file's order, and a user "deleted" by

@@ -13,17 +13,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import ssl
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 from boxmq.errors import InvalidArgument
 
 __all__ = ["TlsFileError", "certificate_dates", "server_context"]
 
 log = logging.getLogger("boxmq.mqtt")
+
+_PEM_BEGIN: Final = "-----BEGIN CERTIFICATE-----"
 
 
 class TlsFileError(InvalidArgument):
@@ -76,18 +80,40 @@ def _check_certificate(path: Path) -> None:
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=path)
     except ssl.SSLError:
-        raise TlsFileError(
-            "cert",
-            f"TLS certificate file {path} holds no PEM certificate "
-            "(expected a -----BEGIN CERTIFICATE----- block)",
-        ) from None
+        raise TlsFileError("cert", _no_pem_certificate(path, "certificate")) from None
+
+
+def _no_pem_certificate(path: Path, what: str) -> str:
+    """Why `path` gives no certificate. One in DER, the binary form a Windows `.cer` export or
+    a `.der` holds, is told so with the openssl line that makes the PEM file read here:
+    "holds no PEM certificate" left its operator to guess that it was one all the same."""
+    if _is_der_certificate(path):
+        pem = path.with_suffix(".pem") if path.suffix != ".pem" else Path(f"{path}.pem")
+        return (
+            f"TLS {what} file {path} holds a certificate in DER (binary) form, where PEM is "
+            f"read: convert it with `openssl x509 -inform der -in {shlex.quote(str(path))} "
+            f"-out {shlex.quote(str(pem))}` and give the new file"
+        )
+    return f"TLS {what} file {path} holds no PEM certificate (expected a {_PEM_BEGIN} block)"
+
+
+def _is_der_certificate(path: Path) -> bool:
+    """Whether `path` holds one certificate in DER, as OpenSSL reads it from bytes."""
+    data = path.read_bytes()
+    if not data.startswith(b"\x30"):  # a SEQUENCE, as every certificate begins
+        return False
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cadata=data)
+    except (ssl.SSLError, ValueError):
+        return False
+    return True
 
 
 def certificate_dates(path: Path) -> tuple[datetime, datetime] | None:
     """The first certificate's notBefore and notAfter in `path` (RFC 5280 §4.1.2.5), in UTC,
     read from its DER; None if they cannot be read (the handshake is the judge anyway)."""
     text = path.read_text(encoding="ascii", errors="replace")
-    begin = text.find("-----BEGIN CERTIFICATE-----")
+    begin = text.find(_PEM_BEGIN)
     end = text.find("-----END CERTIFICATE-----", begin)
     if begin < 0 or end < 0:
         return None
@@ -224,10 +250,8 @@ def server_context(
                 _readable(ca_path, "CA", "ca")
                 context.load_verify_locations(cafile=ca_path)
         except ssl.SSLError:
-            raise TlsFileError(
-                "ca",
-                f"TLS CA file {ca_path} holds no PEM certificate "
-                "(expected a -----BEGIN CERTIFICATE----- block)",
-            ) from None
+            with _reading(ca_path, "CA", "ca"):
+                problem = _no_pem_certificate(ca_path, "CA")
+            raise TlsFileError("ca", problem) from None
         context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
     return context
