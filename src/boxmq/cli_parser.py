@@ -93,11 +93,12 @@ class _Parser(argparse.ArgumentParser):
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         """argparse's check of a value against the option's choices: the one place its
-        "invalid choice" error is made with the option at hand, to name the folder meant."""
+        "invalid choice" error is made with the option at hand, to name the folder or the
+        word meant."""
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as error:
-            hint = _ls_count_folder(action, value)
+            hint = _ls_count_folder(action, value) or _near_choice(action, value)
             if not hint:
                 raise
             raise argparse.ArgumentError(action, f"{error.message}{hint}") from None
@@ -113,6 +114,18 @@ def _ls_count_folder(action: argparse.Action, value: object) -> str:
         return ""
     option = action.option_strings[0]
     return f" (ls's {value.upper()} is {folder.value}/: {option} {folder.value})"
+
+
+def _near_choice(action: argparse.Action, value: object) -> str:
+    """`" (did you mean ls?)"` when `value` looks like a typo of one of the choices (`boxmq
+    lss`, `--state procesing`), else "": a misspelt command was shown the list alone, where
+    a misspelt option is told the one meant (`near_option`, the same cutoff)."""
+    if not isinstance(value, str) or action.choices is None:
+        return ""
+    import difflib  # here: only a usage error pays for it
+
+    close = difflib.get_close_matches(value, [str(c) for c in action.choices], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 _Arguments = Callable[[argparse.ArgumentParser], None]  # adds one command's arguments

@@ -2051,6 +2051,26 @@ def test_a_state_whose_folder_the_option_does_not_take_gets_no_folder_named(
     assert "ls's" not in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("lss",), " (did you mean ls?)"),
+        (("sesion", "end", "c"), " (did you mean session?)"),
+        (("peek", "q", "--state", "procesing"), " (did you mean processing?)"),
+        (("put", "q", "x", "--fsync", "alwys"), " (did you mean always?)"),
+        (("list",), "'delete')"),  # no word near enough: the list alone, as before
+    ],
+)
+def test_a_misspelt_command_or_choice_is_told_the_word_meant(
+    root: Path, args: tuple[str, ...], says: str
+) -> None:
+    """As a misspelt option is (`--priorty`: did you mean --priority?): `boxmq lss` was shown
+    the list of commands alone."""
+    done = boxmq_cli(root, *args)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(says), done.stderr
+
+
 @pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
 @pytest.mark.parametrize(("name", "says"), [("x/y", "contains '/'"), ("x" * 41, "40-byte")])
 def test_a_bad_subscribe_name_is_called_a_subscriber_name_not_a_consumer_name(
