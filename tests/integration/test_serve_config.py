@@ -302,6 +302,35 @@ def test_a_certificate_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> 
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_a_private_key_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> None:
+    """As a DER certificate is: a key in DER was told only "holds no PEM private key"."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    der = tmp_path / "server.der"
+    subprocess.run(
+        ["openssl", "pkey", "-in", str(tmp_path / "server.key"), "-outform", "der",
+         "-out", str(der)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    config = tmp_path / "boxmq.toml"
+    config.write_text(
+        '[[mqtt.listener]]\nport = 0\ntls = { cert = "server.crt", key = "server.der" }\n'
+    )
+    done = _boxmq("serve", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: {config}: mqtt.listener[1].tls.key: TLS key file {der} holds no PEM "
+        "private key, and looks like one in DER (binary) form: convert it with `openssl pkey "
+        f"-inform der -in {der} -out {tmp_path / 'server.pem'}` and give the new file\n"
+    )
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
     tmp_path: Path,
 ) -> None:

@@ -28,6 +28,7 @@ __all__ = ["TlsFileError", "certificate_dates", "server_context"]
 log = logging.getLogger("boxmq.mqtt")
 
 _PEM_BEGIN: Final = "-----BEGIN CERTIFICATE-----"
+_PEM_KEY_BEGIN: Final = "-----BEGIN PRIVATE KEY-----"
 
 
 class TlsFileError(InvalidArgument):
@@ -196,11 +197,32 @@ def _check_key(path: Path, setting: str) -> None:
             f"({path} holds none, where a key given with its certificate would be)",
         )
     if "PRIVATE KEY-----" not in text:
-        raise TlsFileError(
-            setting,
-            f"TLS key file {path} holds no PEM private key "
-            "(expected a -----BEGIN PRIVATE KEY----- block)",
+        raise TlsFileError(setting, _no_pem_key(path))
+
+
+def _no_pem_key(path: Path) -> str:
+    """Why `path` gives no private key. One that looks like a key in DER (binary: a SEQUENCE
+    that opens with a version number, as PKCS#1, PKCS#8 and SEC 1 keys do) is told the
+    openssl line that makes the PEM file read here, as a DER certificate is."""
+    data = path.read_bytes()
+    if _opens_as_der_key(data):
+        pem = path.with_suffix(".pem") if path.suffix != ".pem" else Path(f"{path}.pem")
+        return (
+            f"TLS key file {path} holds no PEM private key, and looks like one in DER (binary) "
+            f"form: convert it with `openssl pkey -inform der -in {shlex.quote(str(path))} "
+            f"-out {shlex.quote(str(pem))}` and give the new file"
         )
+    return f"TLS key file {path} holds no PEM private key (expected a {_PEM_KEY_BEGIN} block)"
+
+
+def _opens_as_der_key(data: bytes) -> bool:
+    """Whether `data` opens as a DER private key: SEQUENCE, its length (short or long form),
+    then INTEGER 0 or 1 (the key's version)."""
+    if len(data) < 8 or data[0] != 0x30:
+        return False
+    length_bytes = data[1] - 0x80 if data[1] > 0x80 else 0
+    version = data[2 + length_bytes : 5 + length_bytes]
+    return version in (b"\x02\x01\x00", b"\x02\x01\x01")
 
 
 def server_context(
