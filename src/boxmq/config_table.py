@@ -23,6 +23,9 @@ __all__ = ["Table"]
 
 # A character no file name should hold: C0 (NUL apart: refused with its own reason), DEL, C1.
 _CONTROL: Final = re.compile("[\x01-\x1f\x7f-\x9f]")
+# Words for a time that never ends, which no duration is: a limit whose largest value means
+# that (max_session_expiry's 0xFFFFFFFF) is told to write it.
+_ENDLESS: Final = frozenset({"forever", "never", "infinite", "infinity", "unlimited", "inf"})
 
 
 class Table:
@@ -129,7 +132,8 @@ class Table:
                 duration = self._duration(key, value)
             except InvalidArgument as error:
                 too_long = (written_seconds(value) or 0) > LONGEST  # not mistyped: past 100 years
-                if high is None or high <= LONGEST or not too_long:
+                endless = value.strip().lower() in _ENDLESS  # the longest meant, in words
+                if high is None or high <= LONGEST or not (too_long or endless):
                     raise  # a duration mistyped, or a limit a duration can say
                 # max_session_expiry's largest (0xFFFFFFFF: never, to MQTT) is no duration.
                 raise InvalidArgument(

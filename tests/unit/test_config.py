@@ -482,12 +482,23 @@ def test_a_tilde_of_no_user_is_worded_in_the_file_as_on_the_command_line(
     )
 
 
+@pytest.mark.parametrize("written", ["forever", "Never", "infinite", "unlimited"])
+def test_a_word_for_never_is_told_the_integer_to_write(tmp_path: Path, written: str) -> None:
+    """A session meant never to expire, written as a word: only its integer says that (it
+    was told "bad duration" and the units alone)."""
+    path = _write(tmp_path, f"[mqtt.limits]\nmax_session_expiry = '{written}'\n")
+    with pytest.raises(InvalidArgument) as caught:
+        load_config(path)
+    assert str(caught.value).endswith("; or write 4294967295, the most it takes, as an integer")
+
+
 @pytest.mark.parametrize("written", ["x", "1x", "-49711d", "1.5s"])
 def test_only_a_duration_past_100_years_is_told_the_integer_to_write(
     tmp_path: Path, written: str
 ) -> None:
     """max_session_expiry's largest is no duration: its integer is said to one too long to
-    be a duration, and to no other mistake (a mistyped, negative or fractional one)."""
+    be a duration, or to a word for never, and to no other mistake (a mistyped, negative or
+    fractional one)."""
     path = _write(tmp_path, f"[mqtt.limits]\nmax_session_expiry = '{written}'\n")
     with pytest.raises(InvalidArgument) as caught:
         load_config(path)
