@@ -158,6 +158,9 @@ def address(text: str, *, port_example: int = 1883, no_host: str = "0.0.0.0") ->
         # `::1` was read as host ':' and port 1, which then did not resolve.
         raise argparse.ArgumentTypeError(error)
     # isascii: isdigit() also takes other scripts' digits, and superscripts int() refuses
+    if colon and port.startswith("-") and port[1:].isascii() and port[1:].isdigit():
+        # The form was right, the number not: told as one too big is.
+        raise argparse.ArgumentTypeError(f"{text!r}: port {port} is out of range: use 0 to 65535")
     if not colon or not (port.isascii() and port.isdigit()):
         raise argparse.ArgumentTypeError(f"{text!r}: use HOST:PORT, e.g. 127.0.0.1:{port_example}")
     if int(port) > 65535:  # as the file's port says, rather than a format that was right

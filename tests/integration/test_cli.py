@@ -2267,6 +2267,7 @@ _LONG_LABEL = "--xmpp-server=" + "a" * 64 + ":5347"  # a host part over 63 chara
         # It said "use HOST:PORT", which 127.0.0.1:99999 is.
         (("serve", "--mqtt", "127.0.0.1:99999"), "port 99999 is out of range: use 0 to 65535"),
         (("serve", "--mqtt", "[::1]:65536"), "port 65536 is out of range: use 0 to 65535"),
+        (("serve", "--mqtt", "127.0.0.1:-1"), "port -1 is out of range: use 0 to 65535"),
         (
             ("serve", "--no-mqtt", "--xmpp-component=x", "--xmpp-secret=s", "--xmpp-server=::1"),
             "'::1': an IPv6 address goes in brackets before the port",
