@@ -243,17 +243,22 @@ def test_a_listener_other_machines_reach_without_a_password_file_is_warned_of(
     assert "other machines may reach" not in _serve_until_ready(*flags, cwd=tmp_path)
 
 
+def _self_signed_certificate(folder: Path) -> None:
+    """server.crt and its unencrypted key, server.key, in `folder`, by the openssl CLI."""
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-keyout", str(folder / "server.key"), "-out", str(folder / "server.crt")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_a_listener_that_requires_client_certificates_is_not_called_open(tmp_path: Path) -> None:
     """Its clients are those its CA signed: no password file needed for it to be closed.
     One that takes the user name from the certificate is said to; not once `--mqtt`
     replaced it, which the start-up line went on naming."""
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    _self_signed_certificate(tmp_path)
     tls = 'cert = "server.crt", key = "server.key", ca = "server.crt"'
     config = tmp_path / "boxmq.toml"
     config.write_text(
@@ -277,12 +282,7 @@ def test_a_certificate_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> 
     """A certificate exported in DER (binary; a Windows `.cer`, a `.der`) was refused with
     "holds no PEM certificate": true, but the operator holding a certificate did not learn
     that it was one, nor the openssl line that makes the PEM file boxmq reads."""
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    _self_signed_certificate(tmp_path)
     der = tmp_path / "server.cer"
     der.write_bytes(ssl.PEM_cert_to_DER_cert((tmp_path / "server.crt").read_text()))
     config = tmp_path / "boxmq.toml"
@@ -305,12 +305,7 @@ def test_a_certificate_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_a_private_key_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> None:
     """As a DER certificate is: a key in DER was told only "holds no PEM private key"."""
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-         "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-keyout", str(tmp_path / "server.key"), "-out", str(tmp_path / "server.crt")],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    _self_signed_certificate(tmp_path)
     der = tmp_path / "server.der"
     subprocess.run(
         ["openssl", "pkey", "-in", str(tmp_path / "server.key"), "-outform", "der",

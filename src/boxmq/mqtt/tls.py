@@ -89,13 +89,21 @@ def _no_pem_certificate(path: Path, what: str) -> str:
     a `.der` holds, is told so with the openssl line that makes the PEM file read here:
     "holds no PEM certificate" left its operator to guess that it was one all the same."""
     if _is_der_certificate(path):
-        pem = path.with_suffix(".pem") if path.suffix != ".pem" else Path(f"{path}.pem")
         return (
             f"TLS {what} file {path} holds a certificate in DER (binary) form, where PEM is "
-            f"read: convert it with `openssl x509 -inform der -in {shlex.quote(str(path))} "
-            f"-out {shlex.quote(str(pem))}` and give the new file"
+            f"read: {_converted(path, 'x509')}"
         )
     return f"TLS {what} file {path} holds no PEM certificate (expected a {_PEM_BEGIN} block)"
+
+
+def _converted(path: Path, command: str) -> str:
+    """The openssl line that writes `path`'s DER as PEM beside it (`command`: x509 for a
+    certificate, pkey for a key), as an error says it."""
+    pem = path.with_suffix(".pem") if path.suffix != ".pem" else Path(f"{path}.pem")
+    return (
+        f"convert it with `openssl {command} -inform der -in {shlex.quote(str(path))} "
+        f"-out {shlex.quote(str(pem))}` and give the new file"
+    )
 
 
 def _is_der_certificate(path: Path) -> bool:
@@ -206,11 +214,9 @@ def _no_pem_key(path: Path) -> str:
     openssl line that makes the PEM file read here, as a DER certificate is."""
     data = path.read_bytes()
     if _opens_as_der_key(data):
-        pem = path.with_suffix(".pem") if path.suffix != ".pem" else Path(f"{path}.pem")
         return (
             f"TLS key file {path} holds no PEM private key, and looks like one in DER (binary) "
-            f"form: convert it with `openssl pkey -inform der -in {shlex.quote(str(path))} "
-            f"-out {shlex.quote(str(pem))}` and give the new file"
+            f"form: {_converted(path, 'pkey')}"
         )
     return f"TLS key file {path} holds no PEM private key (expected a {_PEM_KEY_BEGIN} block)"
 
