@@ -23,6 +23,8 @@ __all__ = ["Table"]
 
 # A character no file name should hold: C0 (NUL apart: refused with its own reason), DEL, C1.
 _CONTROL: Final = re.compile("[\x01-\x1f\x7f-\x9f]")
+_TOML_LOWEST: Final = -(2**63)
+_TOML_HIGHEST: Final = 2**63 - 1
 # Words for a time that never ends, which no duration is: a limit whose largest value means
 # that (max_session_expiry's 0xFFFFFFFF) is told to write it.
 _ENDLESS: Final = frozenset({"forever", "never", "infinite", "infinity", "unlimited", "inf"})
@@ -146,6 +148,13 @@ class Table:
             hint = (_as_bytes(value) if in_bytes else "") or _as_integer(value)
             hint = hint or self._table_given(key, value)
             raise self.error(key, f"expected an integer, got {_kind(value)}{hint}")
+        if not _TOML_LOWEST <= value <= _TOML_HIGHEST:
+            # TOML's integers are 64-bit (its spec: an error past them), which tomllib does
+            # not check: another reader of the file would refuse it, and no limit needs more.
+            raise self.error(
+                key,
+                f"{value} is past TOML's integers, {_TOML_LOWEST} to {_TOML_HIGHEST} (64 bits)",
+            )
         if value < low or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
             if isinstance(written, str):  # a duration: its limits in seconds and in its unit

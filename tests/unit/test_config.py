@@ -441,6 +441,13 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
             "4294967295, the most it takes, as an integer",
         ),
         ("[mqtt.limits]\nmax_connections = '10s'", "max_connections: expected an integer, got"),
+        # Past TOML's 64-bit integers, which tomllib reads all the same: served before.
+        (
+            "max_deliveries = 99999999999999999999",
+            "max_deliveries: 99999999999999999999 is past TOML's integers, "
+            "-9223372036854775808 to 9223372036854775807 (64 bits)",
+        ),
+        ("[exactly_once]\nmax_message_size = 9223372036854775808", "past TOML's integers"),
         # A choice mistyped: the one meant.
         ("fsync = 'allways'", "'allways' is not one of always, interval, never: did you mean 'al"),
         ("fsync = 'Always'", "fsync: 'Always' is not one of always, interval, never: did you m"),
