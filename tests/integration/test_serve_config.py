@@ -30,9 +30,10 @@ from boxmq.mqtt.settings import Listener
 from boxmq.store.names import Lock, decode, encode, locked_name
 
 
-def _serve_refused(config: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run `boxmq serve --config CONFIG`, which is expected to exit at once."""
-    return _boxmq("serve", "--config", str(config), cwd=cwd)
+def _serve_refused(config: Path, cwd: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Run `boxmq serve --config CONFIG FLAGS...`, which is expected to exit at once
+    (`--no-mqtt`: a serve the old code let start holds no port another test may want)."""
+    return _boxmq("serve", "--config", str(config), *flags, cwd=cwd)
 
 
 def _boxmq(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -210,7 +211,7 @@ def test_a_wildcard_in_trusted_sources_is_refused_not_taken_for_a_sender(
     config = tmp_path / "boxmq.toml"
     config.write_text(f"[exactly_once]\ntrusted_sources = [{listed}]\n")
     # --no-mqtt: the old code served it, on no port another test or broker may hold.
-    done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    done = _serve_refused(config, tmp_path, "--no-mqtt")
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"boxmq serve: {config}: exactly_once.trusted_sources[{index}]: {entry!r} holds a '*', "
@@ -291,7 +292,7 @@ def test_a_certificate_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> 
         ("ca", 'cert = "server.crt", key = "server.key", ca = "server.cer"'),
     ]:
         config.write_text(f"[[mqtt.listener]]\nport = 0\ntls = {{ {files} }}\n")
-        done = _boxmq("serve", "--config", str(config), cwd=tmp_path)
+        done = _serve_refused(config, tmp_path)
         assert done.returncode == 1, done.stderr
         what = "certificate" if key == "cert" else "CA"
         assert done.stderr == (
@@ -316,7 +317,7 @@ def test_a_private_key_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> 
     config.write_text(
         '[[mqtt.listener]]\nport = 0\ntls = { cert = "server.crt", key = "server.der" }\n'
     )
-    done = _boxmq("serve", "--config", str(config), cwd=tmp_path)
+    done = _serve_refused(config, tmp_path)
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"boxmq serve: {config}: mqtt.listener[1].tls.key: TLS key file {der} holds no PEM "
@@ -371,7 +372,7 @@ def test_a_password_file_and_an_acl_file_given_for_each_other_are_named_so(
         ),
     ]:
         config.write_text(f'[security]\n{key} = "{given}"\n')
-        done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+        done = _serve_refused(config, tmp_path, "--no-mqtt")
         assert done.returncode == 1, done.stderr
         line = 2 if given == "acl" else 1
         assert done.stderr == (
@@ -404,7 +405,7 @@ def test_a_control_character_in_a_file_name_is_one_line_naming_file_and_key(
     log line nor `ls` showed as typed, and served it."""
     config = tmp_path / "boxmq.toml"
     config.write_text(f'data = "{written}"\n')
-    done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    done = _serve_refused(config, tmp_path, "--no-mqtt")
     assert done.returncode == 1, done.stderr
     assert done.stderr == (
         f"boxmq serve: {config}: data: {shown} holds a control character ({control}): no file "
@@ -532,7 +533,7 @@ def test_a_root_of_the_file_that_cannot_be_made_names_the_key_it_came_from(
     config.parent.mkdir()
     config.write_text('data = "../disk/data"\n')
     with small_disk(tmp_path / "disk") as disk, disk.read_only():
-        done = _boxmq("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+        done = _serve_refused(config, tmp_path, "--no-mqtt")
         typed = _boxmq("--data", str(disk.path / "data"), "serve", "--no-mqtt", cwd=tmp_path)
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().endswith(
