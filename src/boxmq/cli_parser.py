@@ -119,13 +119,20 @@ def _ls_count_folder(action: argparse.Action, value: object) -> str:
 def _near_choice(action: argparse.Action, value: object) -> str:
     """`" (did you mean ls?)"` when `value` looks like a typo of one of the choices (`boxmq
     lss`, `--state procesing`), else "": a misspelt command was shown the list alone, where
-    a misspelt option is told the one meant (`near_option`, the same cutoff)."""
+    a misspelt option is told the one meant (`near_option`)."""
     if not isinstance(value, str) or action.choices is None:
         return ""
+    meant = _closest(value, [str(choice) for choice in action.choices])
+    return f" (did you mean {meant}?)" if meant else ""
+
+
+def _closest(word: str, words: Sequence[str]) -> str | None:
+    """The one of `words` that `word` looks like a typo of, if any: the cutoff (0.75) is the
+    config file's, for a misspelt key."""
     import difflib  # here: only a usage error pays for it
 
-    close = difflib.get_close_matches(value, [str(c) for c in action.choices], n=1, cutoff=0.75)
-    return f" (did you mean {close[0]}?)" if close else ""
+    close = difflib.get_close_matches(word, words, n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 _Arguments = Callable[[argparse.ArgumentParser], None]  # adds one command's arguments
@@ -218,8 +225,6 @@ def near_option(parser: argparse.ArgumentParser, name: str, unknown: Sequence[st
     words = [word for word in unknown if word.startswith("--")]
     if not words:
         return ""
-    import difflib  # here: only a usage error pays for it
-
     (commands,) = [action for action in parser._actions if isinstance(action, Commands)]
     options = [
         option
@@ -228,9 +233,8 @@ def near_option(parser: argparse.ArgumentParser, name: str, unknown: Sequence[st
         if option.startswith("--")
     ]
     word = words[0].partition("=")[0]
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.75)
-    if close:
-        return f" (did you mean {close[0]}?)"
+    if (meant := _closest(word, options)) is not None:
+        return f" (did you mean {meant}?)"
     if (ours := _same_idea(commands, name, word)) is not None:
         return f" ({name} takes {ours}, not {word})"
     return ""
