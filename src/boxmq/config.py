@@ -257,8 +257,8 @@ def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:
     security = _security(top.table("security"), base.security)
     mqtt = _mqtt(top.table("mqtt"), base.mqtt, read_files=read_files)
     if top.has("xmpp"):
-        # Set with flags only: "unknown key (check its spelling ...)" sent a user looking for
-        # a typo in a table that has no right spelling.
+        # Set with flags only: "unknown key" sent a user looking for a typo in a table that
+        # has no right spelling.
         raise top.error(
             "xmpp",
             "the XMPP component has no keys in the file: give serve its flags "
@@ -836,10 +836,11 @@ def _listener(table: Table, *, read_files: bool) -> Listener:
         _check_host(table, host)
     host = host or Listener.host
     port = table.integer("port", low=0, high=65_535)
+    # Asked for whether or not it is there: a key the table takes, named with the others
+    # to a key that is no misspelling of any (Table.finish).
+    tls_table = table.table("tls", example=_TLS_EXAMPLE)
     tls, identity, key = (
-        _tls(table.table("tls", example=_TLS_EXAMPLE), read_files=read_files)
-        if table.has("tls")
-        else (None, False, None)
+        _tls(tls_table, read_files=read_files) if table.has("tls") else (None, False, None)
     )
     table.finish()
     if port is None:

@@ -311,7 +311,7 @@ class Table:
             # A misspelling of a key of the file: the key meant, and its table if another.
             close = difflib.get_close_matches(unknown[0], self._homes, n=1, cutoff=0.75)
             if not close:
-                raise self.error(unknown[0], "unknown key (check its spelling and its table)")
+                raise self.error(unknown[0], f"unknown key: {self._keys_here()}")
             meant = close[0]
             there = "" if meant in self._used else f" {self._homes[meant]}"  # asked here
             raise self.error(unknown[0], f"unknown key: did you mean {meant}{there}?")
@@ -319,6 +319,15 @@ class Table:
         # it, so a top-level key written below [mqtt] is mqtt's.
         where = "this table" if self._path else "the top of the file"
         raise self.error(unknown[0], f"not a key of {where}: it goes {home}")
+
+    def _keys_here(self) -> str:
+        """The keys this table takes, for a key that is no misspelling of any: by the time
+        `finish` runs, every key the table knows has been asked for, so `_used` holds them."""
+        where = "this table" if self._path else "the top of the file"
+        known = sorted(self._used - set(self._foreign))
+        if not known:
+            return f"{where} takes no keys"
+        return f"{where} takes {', '.join(known)}"
 
 
 # What a boolean written as a string means: TOML's own words quoted, and other formats'

@@ -396,7 +396,20 @@ def test_without_a_security_table_anyone_may_do_anything(tmp_path: Path) -> None
         ("fsyn = 'never'", "fsyn: unknown key: did you mean fsync?"),
         ("[[mqtt.listener]]\nprot = 1883", "listener[1].prot: unknown key: did you mean port?"),
         ("[mqtt]\nmax_conections = 5", "did you mean max_connections in [mqtt.limits]?"),
-        ("colour = 'blue'", "colour: unknown key (check its spelling and its table)"),
+        # No misspelling of any key: the keys the table takes, to pick from.
+        ("colour = 'blue'", "colour: unknown key: the top of the file takes data, dispatch, "),
+        (
+            "[security]\npasswords = 'p'",
+            "security.passwords: unknown key: this table takes acl_file, allow_anonymous, "
+            "password_file",
+        ),
+        # tls too, which the listener asks for only when it is there.
+        ("[[mqtt.listener]]\ncolour = 1", "colour: unknown key: this table takes host, port, tls"),
+        (
+            "[[mqtt.listener]]\ntls = { colour = 1 }",
+            "tls.colour: unknown key: this table takes ca, cert, identity_as_username, key, "
+            "require_client_cert",
+        ),
         # A size with a unit, as other brokers take it: the bytes to write instead.
         (
             "[mqtt.limits]\nmax_queued_bytes = '64MiB'",
