@@ -154,7 +154,7 @@ else:
 
 
 class Commands(_SubParsers):
-    """COMMAND, whose parser is built when it is given, not before: building the seventeen
+    """COMMAND, whose parser is built when it is given, not before: building every one
     was 6 % of a `boxmq put`'s instructions (docs/benchmarks.md). The top-level help lists
     each command by its name and one-line summary, which need no parser."""
 
@@ -320,7 +320,29 @@ def parser() -> argparse.ArgumentParser:
     commands.add("requeue", "send dead (or expired/processed) messages back", _requeue_arguments)
     commands.add("purge", "delete every message of one state folder", _purge_arguments)
     commands.add("delete", "delete a queue and every message in it", _delete_arguments)
+    commands.add(
+        "help",
+        "print a command's options (boxmq help put), or the list of commands",
+        functools.partial(_help_arguments, parser, commands),
+        common=list,  # it opens no root
+    )
     return parser
+
+
+def _help_arguments(
+    top: argparse.ArgumentParser, commands: Commands, p: argparse.ArgumentParser
+) -> None:
+    """`boxmq help put`, the way git and pip take it: it was `invalid choice: 'help'`."""
+
+    def show(args: argparse.Namespace) -> int:
+        shown = top if args.about is None else commands.parser(args.about)
+        shown.print_help()
+        return 0
+
+    p.set_defaults(standalone=show)
+    # The names as the choices (COMMAND's own map, which every later add fills), so that a
+    # misspelt one gets COMMAND's error and its "did you mean".
+    p.add_argument("about", nargs="?", metavar="COMMAND", choices=commands.choices)
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:

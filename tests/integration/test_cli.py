@@ -2058,7 +2058,7 @@ def test_a_state_whose_folder_the_option_does_not_take_gets_no_folder_named(
         (("sesion", "end", "c"), " (did you mean session?)"),
         (("peek", "q", "--state", "procesing"), " (did you mean processing?)"),
         (("put", "q", "x", "--fsync", "alwys"), " (did you mean always?)"),
-        (("list",), "'delete')"),  # no word near enough: the list alone, as before
+        (("list",), "'help')"),  # no word near enough: the list alone, as before
     ],
 )
 def test_a_misspelt_command_or_choice_is_told_the_word_meant(
@@ -2832,6 +2832,31 @@ def test_serve_help_does_not_offer_json(root: Path) -> None:
     assert done.returncode == 0
     assert "--data" in done.stdout  # the options every command shares, --json left out
     assert "--json" not in done.stdout
+
+
+def _cli(*words: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "boxmq.cli", *words]
+    return subprocess.run(command, capture_output=True, text=True, timeout=30)
+
+
+def test_help_prints_a_command_s_options_as_its_help_flag_does(root: Path) -> None:
+    """`boxmq help put`, as git and pip take it, was `invalid choice: 'help'`: it prints
+    what `boxmq put --help` prints, and `boxmq help` alone the list of commands."""
+    for words in (["help", "put"], ["--data", str(root), "help", "requeue"]):
+        done = _cli(*words)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == _cli(words[-1], "--help").stdout
+    top = _cli("help")
+    assert top.returncode == 0, top.stderr
+    assert top.stdout == _cli("--help").stdout
+    assert not root.exists()  # help opens no root
+
+
+def test_help_of_no_command_is_told_the_one_meant() -> None:
+    done = _cli("help", "requeu")
+    assert done.returncode == 2
+    assert "invalid choice: 'requeu'" in done.stderr
+    assert "(did you mean requeue?)" in done.stderr
 
 
 def test_peek_of_processing_shows_when_each_lock_ends_and_which_ended(root: Path) -> None:
