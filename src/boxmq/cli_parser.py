@@ -8,7 +8,7 @@ import argparse
 import functools
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from boxmq import __version__, cli_dropbox
 from boxmq import cli_output as output
@@ -122,8 +122,28 @@ def _near_choice(action: argparse.Action, value: object) -> str:
     a misspelt option is told the one meant (`near_option`)."""
     if not isinstance(value, str) or action.choices is None:
         return ""
-    meant = _closest(value, [str(choice) for choice in action.choices])
+    choices = [str(choice) for choice in action.choices]
+    meant = _closest(value, choices)
+    if meant is None and _OTHER_WORDS.get(value) in choices:
+        meant = _OTHER_WORDS[value]
     return f" (did you mean {meant}?)" if meant else ""
+
+
+# Other tools' words for a command, too far apart in spelling for `_closest` (`list` is 0.67
+# of `ls`): a user coming from them typed `boxmq list` and got the list of commands alone.
+_OTHER_WORDS: Final = {
+    "list": "ls",
+    "send": "put",
+    "pub": "publish",
+    "sub": "subscribe",
+    "receive": "get",
+    "consume": "get",
+    "release": "unlock",
+    "nack": "reject",
+    "redrive": "requeue",
+    "remove": "delete",
+    "rm": "delete",
+}
 
 
 def _closest(word: str, words: Sequence[str]) -> str | None:

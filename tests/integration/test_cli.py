@@ -2058,7 +2058,10 @@ def test_a_state_whose_folder_the_option_does_not_take_gets_no_folder_named(
         (("sesion", "end", "c"), " (did you mean session?)"),
         (("peek", "q", "--state", "procesing"), " (did you mean processing?)"),
         (("put", "q", "x", "--fsync", "alwys"), " (did you mean always?)"),
-        (("list",), "'help')"),  # no word near enough: the list alone, as before
+        (("bogus",), "'help')"),  # no word near enough: the list alone, as before
+        # Another tool's word for a command, far from it in spelling.
+        (("list",), "'help') (did you mean ls?)"),
+        (("rm", "q"), " (did you mean delete?)"),
     ],
 )
 def test_a_misspelt_command_or_choice_is_told_the_word_meant(
