@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from boxmq import cli_output as output
 from boxmq.cli_dropbox import client_named, goes_by
 from boxmq.client import Box, Message
-from boxmq.core.topics import SHARE_PREFIX
+from boxmq.core.topics import SHARE_PREFIX, parse_filter
 from boxmq.errors import InvalidArgument, LockError, QueueNotFound
 from boxmq.mqtt.brokers import client_s_broker
 from boxmq.mqtt.session_record import SessionRecord, record_named
@@ -358,4 +358,15 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
         # which would start a line of its own); the body as it is, as mosquitto_sub -v does.
         # A chunk at a time, as --json's: decoded whole, a big body that is not UTF-8 took
         # 7.5 to 12 times itself.
-        output.out_text_with_body(f"{output.cell(message.topic)} ", message.body, flush_too=True)
+        topic = output.cell(_line_topic(args.filter, message))
+        output.out_text_with_body(f"{topic} ", message.body, flush_too=True)
+
+
+def _line_topic(subscribed: str, message: Message) -> str:
+    """The topic a `topic body` line starts with. A file a script dropped into the dropbox
+    may name none (DropboxMQ's shortest name, `4.id.T`): its line shows the filter, what the
+    MQTT door sends it on when that is a topic name (mqtt/delivery.py), and plainly no topic
+    when it has wildcards. It showed `None`, itself a topic name a publisher may use."""
+    if message.topic is not None:
+        return message.topic
+    return parse_filter(subscribed).filter

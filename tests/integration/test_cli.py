@@ -1671,6 +1671,25 @@ def test_subscribe_escapes_a_newline_in_a_topic_so_each_message_starts_one_line(
     assert out == "evil\\nfake/topic x\ntab\\there y\n"
 
 
+@pytest.mark.parametrize(
+    ("filter", "folder"),
+    [("sensors/kitchen", "client.reader"), ("$share/etl/sensors/#", "share.etl")],
+)
+def test_subscribe_shows_the_filter_as_the_topic_of_a_file_a_script_dropped_in_without_one(
+    root: Path, filter: str, folder: str
+) -> None:
+    """DropboxMQ's shortest name (`4.dropped.T`) carries no topic. The line said `None x`,
+    Python's None printed, and `None` is a topic name a publisher may use. The filter is what
+    the MQTT door sends such a message on when it is a topic name (docs/mqtt.md), and one with
+    wildcards is plainly no topic."""
+    ok(root, "subscribe", filter, "--name", "reader", "--keep", "--idle", "0.1")
+    [dropbox] = root.glob(f"topic-root/*/.subscriptions/{folder}")
+    (dropbox / "working" / "4.dropped.T").write_text("x")
+    os.rename(dropbox / "working" / "4.dropped.T", dropbox / "target" / "4.dropped.T")
+    line = ok(root, "subscribe", filter, "--name", "reader", "--count", "1")
+    assert line == f"{filter.removeprefix('$share/etl/')} x\n"
+
+
 def test_subscribe_s_note_on_a_kept_share_group_gives_a_command_a_shell_runs_as_it_is(
     root: Path,
 ) -> None:
