@@ -391,6 +391,13 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "'forever' keeps them",
     )
     p.add_argument(
+        "--expired-retention",
+        type=types.retention,
+        metavar="DURATION",
+        help="how long expired/ files are kept once expired, in every queue of the root "
+        "(default forever)",
+    )
+    p.add_argument(
         "--polling",
         action=argparse.BooleanOptionalAction,
         default=None,

@@ -6,6 +6,7 @@
     sweep_interval = "1s"            # lock timeouts, expiry, retention
     keep_processed = false           # true: what clients acknowledge stays in processed/
     processed_retention = "1d"       # how long processed/ files are kept; "forever"
+    expired_retention = "forever"    # how long expired/ files are kept once expired
     dispatch = "round-robin"         # how the consumers of a queue or share group take turns
     max_deliveries = 5               # deliveries before error/; 0: no limit
     log_level = "info"               # debug | info | warning | error
@@ -152,6 +153,9 @@ class ServeConfig:
     # How long the sweeps keep a file in processed/, in every queue and subscription of the
     # root, whoever acknowledged it; math.inf: forever (the Python API's None).
     processed_retention: float = 86400.0
+    # How long the sweeps keep a file in expired/ once it expired, in every queue and
+    # subscription; math.inf: forever, as before the key (a requeue may still want it).
+    expired_retention: float = math.inf
     dispatch: str = "round-robin"
     group_dispatch: tuple[tuple[str, str], ...] = ()  # (share group, strategy)
     # The sweeps of serve release every process's timed-out locks: they dead-letter with this.
@@ -172,6 +176,11 @@ class ServeConfig:
     def processed_retention_or_none(self) -> float | None:
         """`processed_retention` as `boxmq.open` takes it: None for forever."""
         return None if math.isinf(self.processed_retention) else self.processed_retention
+
+    @property
+    def expired_retention_or_none(self) -> float | None:
+        """`expired_retention` as `boxmq.open` takes it: None for forever."""
+        return None if math.isinf(self.expired_retention) else self.expired_retention
 
     @property
     def logging_level(self) -> int:
@@ -196,6 +205,7 @@ class ServeConfig:
         sweep_interval: float | None = None,
         keep_processed: bool | None = None,
         processed_retention: float | None = None,
+        expired_retention: float | None = None,
         polling: bool | None = None,
         sys_interval: float | None = None,
         max_deliveries: int | None = None,
@@ -218,6 +228,8 @@ class ServeConfig:
             changed = dataclasses.replace(changed, keep_processed=keep_processed)
         if processed_retention is not None:
             changed = dataclasses.replace(changed, processed_retention=processed_retention)
+        if expired_retention is not None:
+            changed = dataclasses.replace(changed, expired_retention=expired_retention)
         if polling is not None:
             changed = dataclasses.replace(changed, polling=polling)
         if sys_interval is not None:
@@ -248,6 +260,7 @@ def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:
     sweep_interval = top.seconds("sweep_interval", shortest=SHORTEST_INTERVAL)
     keep_processed = top.boolean("keep_processed")
     processed_retention = top.seconds_or_forever("processed_retention")
+    expired_retention = top.seconds_or_forever("expired_retention")
     dispatch = top.choice("dispatch", DISPATCH_STRATEGIES)
     max_deliveries = top.integer("max_deliveries", low=0)
     group_dispatch = _share_groups(top.table("share_groups"))
@@ -275,6 +288,7 @@ def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:
         sweep_interval=sweep_interval or base.sweep_interval,
         keep_processed=base.keep_processed if keep_processed is None else keep_processed,
         processed_retention=processed_retention or base.processed_retention,
+        expired_retention=expired_retention or base.expired_retention,
         dispatch=dispatch or base.dispatch,
         max_deliveries=base.max_deliveries if max_deliveries is None else max_deliveries or None,
         group_dispatch=group_dispatch or base.group_dispatch,
@@ -659,6 +673,7 @@ _TOP_KEYS: Final = (
     "sweep_interval",
     "keep_processed",
     "processed_retention",
+    "expired_retention",
     "dispatch",
     "max_deliveries",
     "log_level",

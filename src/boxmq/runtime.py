@@ -42,6 +42,7 @@ def _describe(reports: dict[str, SweepReport]) -> list[str]:
                 (report.expired, "message(s) expired"),
                 (report.abandoned, "abandoned working/ file(s) deleted"),
                 (report.purged, "processed message(s) past retention deleted"),
+                (report.expired_purged, "expired message(s) past retention deleted"),
             )
             if count
         ]
@@ -160,6 +161,14 @@ def _processed_said(keep: bool, retention: float | None) -> str:
     )
 
 
+def _expired_said(retention: float | None) -> str:
+    """What becomes of expired/ files, said at start: kept forever by default, which an
+    operator whose clients send messages with an expiry learns here, not from a full disk."""
+    if retention is None:
+        return "expired/ files are kept until purged (expired_retention = forever)"
+    return f"expired/ files are deleted {spelled(retention)} after they expired (expired_retention)"
+
+
 async def serve(
     box: Box,
     *,
@@ -188,6 +197,7 @@ async def serve(
     log.info(
         "%s", _processed_said(box.options.keep_processed, box.options.limits.processed_retention)
     )
+    log.info("%s", _expired_said(box.options.limits.expired_retention))
     if box.options.polling:
         log.info("new files found by polling (never inotify, as for a root shared over NFS)")
     else:

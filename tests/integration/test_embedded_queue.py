@@ -1901,6 +1901,8 @@ def test_a_box_used_after_close_raises_closed_and_never_waits(tmp_path: Path, fs
         {"processed_retention": "1d"},  # the first sweep failed with a TypeError
         {"processed_retention": -5.0},  # every sweep purged processed/ at once
         {"processed_retention": math.nan},
+        {"expired_retention": "7d"},
+        {"expired_retention": -1.0},
         {"abandon_after": "1h"},
         {"abandon_after": -1.0},
         {"spares": 1.5},

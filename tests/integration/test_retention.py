@@ -77,6 +77,44 @@ def test_no_retention_keeps_everything(root: Path) -> None:
     assert len(processed(root)) == 2
 
 
+def expired(root: Path) -> list[str]:
+    return sorted(os.listdir(root / "jobs" / "expired"))
+
+
+def test_expired_messages_go_once_expired_longer_than_their_retention(root: Path) -> None:
+    """expired/ kept every expired message for good: a persistent MQTT session away for weeks
+    filled the disk with telemetry it will never get. Its age there counts from the expiry."""
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", expired_retention=100.0, clock=clock) as box:
+        jobs = box.queue("jobs")
+        for index in range(3):
+            jobs.put(f"m{index}".encode(), expires_in=10)
+        clock.advance(11)
+        report = box.sweep()["jobs"]
+        assert (report.expired, report.expired_purged) == (3, 0)
+        # A file moved there by hand, its id with no time: its ctime decides.
+        (root / "jobs" / "expired" / "4.outside-id").write_bytes(b"x")
+        clock.advance(50)  # 61 s on the clock since the files moved there, in real time
+        assert box.sweep()["jobs"].expired_purged == 0
+        assert len(expired(root)) == 4
+        clock.advance(55)
+        assert box.sweep()["jobs"].expired_purged == 4
+    assert expired(root) == []
+
+
+def test_expired_messages_stay_without_a_retention_and_processed_keeps_its_own(
+    root: Path,
+) -> None:
+    clock = boxmq.ManualClock(time.time())
+    with boxmq.open(root, fsync="never", processed_retention=100.0, clock=clock) as box:
+        ack_all(box, 1)
+        box.queue("jobs").put(b"late", expires_in=1)
+        clock.advance(10**7)
+        report = box.sweep()["jobs"]
+        assert (report.expired, report.purged, report.expired_purged) == (1, 1, 0)
+    assert len(expired(root)) == 1
+
+
 def test_temporaries_a_dead_writer_left_go_once_older_than_working_ttl(root: Path) -> None:
     """A write renames `.tmp-*` into place; a process that died in between left one behind,
     in a dropbox, the topic root (its generation), the retained store, the side files or the

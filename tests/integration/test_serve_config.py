@@ -810,6 +810,30 @@ def test_serve_keeps_processed_files_as_long_as_its_config_says(tmp_path: Path) 
     assert os.listdir(root / "audit" / "processed") == []
 
 
+def test_serve_deletes_expired_files_once_past_the_retention_its_config_gives(
+    tmp_path: Path,
+) -> None:
+    """expired/ stayed for good, whatever the operator wanted: the key and the flag say how
+    long, and serve says it at start and at each sweep that deletes."""
+    root = tmp_path / "state"
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("audit").put(b"stale", expires_in=0.001)
+        time.sleep(0.01)
+        assert box.sweep()["audit"].expired == 1
+    config = tmp_path / "boxmq.toml"
+    config.write_text('data = "state"\nfsync = "never"\n')
+    log = _serve_until_ready("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert "expired/ files are kept until purged (expired_retention = forever)" in log
+    (kept,) = os.listdir(root / "audit" / "expired")
+    # Past the retention before serve starts, so that its first sweep, before "ready", deletes it.
+    time.sleep(max(0.0, 1.5 - (time.time() - os.stat(root / "audit" / "expired" / kept).st_ctime)))
+    config.write_text('data = "state"\nfsync = "never"\nexpired_retention = "1s"\n')
+    log = _serve_until_ready("serve", "--config", str(config), "--no-mqtt", cwd=tmp_path)
+    assert "expired/ files are deleted 1s after they expired (expired_retention)" in log
+    assert "audit: 1 expired message(s) past retention deleted" in log
+    assert os.listdir(root / "audit" / "expired") == []
+
+
 def test_a_bad_processed_retention_names_its_key_and_forever(tmp_path: Path) -> None:
     config = tmp_path / "boxmq.toml"
     config.write_text('data = "state"\nprocessed_retention = "never"\n')

@@ -790,6 +790,19 @@ def test_processed_retention_as_serve_opens_the_root_with_it(
     assert config.override(processed_retention=60.0).processed_retention_or_none == 60.0
 
 
+@pytest.mark.parametrize(
+    ("text", "retention"),
+    [("", None), ('expired_retention = "forever"', None), ('expired_retention = "7d"', 604800.0)],
+)
+def test_expired_retention_as_serve_opens_the_root_with_it(
+    tmp_path: Path, text: str, retention: float | None
+) -> None:
+    """expired/ is kept forever unless the file or the flag says otherwise."""
+    config = load_config(_write(tmp_path, text + "\n"))
+    assert config.expired_retention_or_none == retention
+    assert config.override(expired_retention=60.0).expired_retention_or_none == 60.0
+
+
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
     config = load_config(_write(tmp_path, "fsync = 'never'\n[[mqtt.listener]]\nport = 1\n"))
     flagged = config.override(data="/elsewhere", fsync="always", sweep_interval=9.0)

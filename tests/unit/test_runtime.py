@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from boxmq.runtime import _processed_said
+from boxmq.runtime import _expired_said, _processed_said
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,16 @@ def test_the_processed_line_says_what_the_configuration_does(
     all the same, as if their messages were kept a day. The retention still holds for what
     other programs (the embedded API, `boxmq ack`) leave there."""
     assert _processed_said(keep, retention) == said
+
+
+@pytest.mark.parametrize(
+    ("retention", "said"),
+    [
+        (None, "expired/ files are kept until purged (expired_retention = forever)"),
+        (604800.0, "expired/ files are deleted 7d after they expired (expired_retention)"),
+    ],
+)
+def test_the_expired_line_says_how_long_expired_messages_stay(
+    retention: float | None, said: str
+) -> None:
+    assert _expired_said(retention) == said

@@ -651,6 +651,7 @@ def open(
     group_dispatch: Mapping[str, str] | None = None,
     keep_processed: bool = True,
     processed_retention: float | None = 86400.0,
+    expired_retention: float | None = None,
     abandon_after: float = 3600.0,
     polling: bool = False,
     exactly_once: ExactlyOnceLimits | None = None,
@@ -665,7 +666,8 @@ def open(
     "random", for every queue and share group; group_dispatch: a strategy for some share
     groups, by group name. max_deliveries: deliveries before a message goes to error/
     (None: no limit). keep_processed: ack moves to processed/ (kept `processed_retention`
-    seconds, None: forever) rather than deleting.
+    seconds, None: forever) rather than deleting. expired_retention: seconds an expired
+    message stays in expired/ before a sweep deletes it (None: forever).
     abandon_after: seconds after which a file a producer left in working/ is deleted.
     polling: never use inotify (for roots shared over NFS). spares: how many files of
     deleted messages this process keeps for later puts to overwrite (cheaper than creating
@@ -719,6 +721,8 @@ def open(
     check_seconds("fsync_interval", fsync_interval)
     if processed_retention is not None:
         check_seconds("processed_retention (None: forever)", processed_retention, zero=True)
+    if expired_retention is not None:
+        check_seconds("expired_retention (None: forever)", expired_retention, zero=True)
     check_seconds("abandon_after", abandon_after, zero=True)
     check_count("spares", spares, least=0)
     options = LiveOptions(
@@ -727,6 +731,7 @@ def open(
             working_ttl=abandon_after,
             pending_ttl=(exactly_once or ExactlyOnceLimits()).pending_ttl,
             processed_retention=processed_retention,
+            expired_retention=expired_retention,
         ),
         polling=polling,
         keep_processed=keep_processed,

@@ -108,6 +108,7 @@ class Housekeeping:
         # Of what publishing threads and the doors tell (`_expiring`, the doors' folders).
         self._lock = threading.Lock()
         self._next_purge = 0.0  # when sweep() next looks through processed/ folders
+        self._next_expired_purge = 0.0  # and expired/ folders, for expired_retention
         self._next_expiry: dict[str, float] = {}  # when it next looks through a target/, by path
         self._next_collect = 0.0  # when sweep() next looks for side files no message names
         # The unreadable subscription records the last full pass found and told of, with
@@ -200,17 +201,24 @@ class Housekeeping:
         check_flag("full", full)
         now = self._clock.now()
         limits = self.options.limits
-        retention, purge = limits.processed_retention, False
-        purge_every = None if retention is None else min(60.0, retention / 100)
-        if purge_every is not None and periodic_due(now, self._next_purge, purge_every):
-            # processed/ is the big folder (a day of traffic, by default): looked through at
-            # most every hundredth of the retention (a minute at most), not every sweep.
-            purge, self._next_purge = True, now + purge_every
+        # processed/ is the big folder (a day of traffic, by default): looked through at
+        # most every hundredth of the retention (a minute at most), not every sweep; expired/
+        # at its own retention's pace, so that a short one does not look through processed/.
+        purge, self._next_purge = _purge_due(now, limits.processed_retention, self._next_purge)
+        purge_expired, self._next_expired_purge = _purge_due(
+            now, limits.expired_retention, self._next_expired_purge
+        )
         with self._lock:
             expiring, self._expiring = self._expiring, set()
             dropped, self._expiring_dropped = self._expiring_dropped, False
         # A full pass visits every subscription, with the root listed again for its queues.
-        every = full or purge or dropped or periodic_due(now, self._next_full, FULL_SWEEP_EVERY)
+        every = (
+            full
+            or purge
+            or purge_expired
+            or dropped
+            or periodic_due(now, self._next_full, FULL_SWEEP_EVERY)
+        )
         # By path: a folder made by hand may not be escaped.
         queues = self._queue_folders(fresh=every)
         try:
@@ -220,6 +228,7 @@ class Housekeeping:
                 expiring,
                 every=every,
                 purge=purge,
+                purge_expired=purge_expired,
                 markers=intake.markers,
                 topics=topics,
                 wanting=wanting,
@@ -315,6 +324,7 @@ class Housekeeping:
         *,
         every: bool,
         purge: bool,
+        purge_expired: bool,
         markers: str,
         topics: Topics,
         wanting: Callable[[], set[str]],
@@ -366,6 +376,7 @@ class Housekeeping:
                 limits=limits,
                 name=name,
                 purge=purge,
+                purge_expired=purge_expired,
                 expire=expire,
                 markers=markers,
             )
@@ -595,6 +606,17 @@ _PROCESSING, _TARGET = State.PROCESSING.value, State.TARGET.value
 
 # A folder's inode and mtime (ns), or None where there is none.
 _Seen = FolderSeen | None
+
+
+def _purge_due(now: float, retention: float | None, next_look: float) -> tuple[bool, float]:
+    """Whether a folder kept for `retention` (None: forever) is looked through now, and when
+    next: every hundredth of the retention, a minute at most."""
+    if retention is None:
+        return False, next_look
+    every = min(60.0, retention / 100)
+    if periodic_due(now, next_look, every):
+        return True, now + every
+    return False, next_look
 
 
 def _seen(folders: list[str]) -> list[_Seen]:

@@ -8,7 +8,8 @@
   after `pending_ttl`, as its own sweep does, or a sender's message acknowledged as received
   was lost an hour in, whatever `pending_ttl` said), and never while marked delivered: its
   `deliver` came, and a process killed before it moved the message left it to a restart;
-- processed/ files older than the retention: deleted.
+- processed/ files older than the retention: deleted; expired/ files older than theirs (none by
+  default): deleted too.
 
 Every move is one rename of the file as it was seen; if another process moved it first the
 rename finds nothing and the sweep goes on. Any number of processes may sweep one root at once.
@@ -62,6 +63,10 @@ class SweepLimits:
     working_ttl: float = 3600.0  # an uncommitted file older than this is abandoned
     pending_ttl: float = 3600.0  # an exactly-once message's in working/ (the intake's)
     processed_retention: float | None = 86400.0  # None = keep acknowledged messages forever
+    # How long an expired message stays in expired/ (for a look, or a requeue) once it
+    # expired; None = forever. A persistent MQTT session away for weeks gets nothing from its
+    # expired telemetry, which filled the disk: an operator sets how long it may stay.
+    expired_retention: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,7 @@ class SweepReport:
     expired: int = 0
     abandoned: int = 0
     purged: int = 0
+    expired_purged: int = 0  # expired/ files past expired_retention deleted
     looked: int = 0  # the names of target/ read for expirations (0: not looked through)
     # What the sweep left that will need one later: the earliest time something there is due
     # (a lock's deadline, an expiry, a working/ file's age), inf for nothing; and the tokens
@@ -79,7 +85,16 @@ class SweepReport:
     holders: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
-        return any((self.released, self.dead, self.expired, self.abandoned, self.purged))
+        return any(
+            (
+                self.released,
+                self.dead,
+                self.expired,
+                self.abandoned,
+                self.purged,
+                self.expired_purged,
+            )
+        )
 
 
 @dataclass(slots=True)
@@ -371,10 +386,12 @@ def sweep(
     limits: SweepLimits,
     name: str,
     purge: bool = True,
+    purge_expired: bool = True,
     expire: bool = True,
     markers: str | None = None,
 ) -> SweepReport:
-    """`markers`: the folder of the exactly-once "delivered" markers of the root."""
+    """`markers`: the folder of the exactly-once "delivered" markers of the root. `purge`,
+    `purge_expired`: whether processed/ and expired/ are looked through for their retention."""
     pending = Pending()
     released, dead = release_stale_locks(
         box, now=now, policy=policy, limits=limits, pending=pending
@@ -409,6 +426,10 @@ def sweep(
     purged = 0
     if purge and limits.processed_retention is not None:
         purged, _ = _remove_older(box, State.PROCESSED, now=now, age=limits.processed_retention)
+    expired_purged = 0
+    if purge_expired and limits.expired_retention is not None:
+        # Its age there is since it expired (the rename's ctime), not since it was made.
+        expired_purged, _ = _remove_older(box, State.EXPIRED, now=now, age=limits.expired_retention)
     # processed/ is not counted in `due`: its purge has its own rhythm (Box.sweep); nor are
     # expirations when target/ was not looked through (`expire`): Box.sweep knows when it is.
     return SweepReport(
@@ -417,6 +438,7 @@ def sweep(
         expired,
         abandoned,
         purged,
+        expired_purged,
         looked,
         pending.due,
         frozenset(pending.holders),
