@@ -232,6 +232,22 @@ def test_put_many_of_no_list_is_refused_naming_what_it_takes(box: boxmq.Box, mes
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
 
 
+@pytest.mark.parametrize("filters", ["a/#", b"a/#", None, 5, {"a/#": 1}])
+def test_unsubscribe_many_of_no_list_is_refused_before_anything_ends(
+    box: boxmq.Box, filters: Any
+) -> None:
+    # A str is an iterable of one-character filters: unsubscribe_many("a/#", ...) ended the
+    # subscriber's "#", with what it had collected, and left "a/#". A dict ended its keys.
+    for kept in ("#", "a/#"):
+        box.subscribe(kept, "s").close()
+    box.publish("a/b", b"collected")
+    with pytest.raises(boxmq.InvalidArgument, match=r"unsubscribe_many takes a list of filters"):
+        box.unsubscribe_many(filters, "s")
+    for kept in ("#", "a/#"):
+        assert box.subscription(kept, "s").counts().ready == 1
+    assert box.unsubscribe_many(["a/#"], "s") == [True]
+
+
 @pytest.mark.parametrize("durable", [True, False])
 @pytest.mark.parametrize("most", [-1, 1.5, "3", True])
 def test_receive_ready_takes_none_or_a_count_of_zero_or_more(
