@@ -292,6 +292,24 @@ def test_a_bool_is_no_duration(box: boxmq.Box) -> None:
     assert jobs.counts().ready == 0
 
 
+@pytest.mark.parametrize("step", [math.nan, math.inf, "5", None])
+def test_a_manual_clock_refuses_a_step_that_is_no_finite_number_of_seconds(
+    manual_box: boxmq.Box, clock: boxmq.ManualClock, step: Any
+) -> None:
+    # advance(nan) was taken and the clock read nan for good: every put then raised "cannot
+    # convert float NaN to integer", and the box's close a KeyError. "5" raised a bare TypeError.
+    jobs = manual_box.queue("jobs")
+    before = clock.now()
+    with pytest.raises(ValueError, match=r"advance takes a finite number of seconds"):
+        clock.advance(step)
+    assert clock.now() == before
+    jobs.put(b"x", expires_in=5)
+    clock.advance(1)
+    message = jobs.get("worker")
+    assert message is not None
+    message.ack()
+
+
 @pytest.mark.parametrize(
     ("given", "says"),
     [
