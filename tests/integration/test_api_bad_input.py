@@ -232,6 +232,19 @@ def test_put_many_of_no_list_is_refused_naming_what_it_takes(box: boxmq.Box, mes
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
 
 
+@pytest.mark.parametrize("states", ["target", boxmq.State.TARGET, None, 5])
+def test_find_of_one_state_alone_is_refused_saying_to_list_it(box: boxmq.Box, states: Any) -> None:
+    # "target" was read a character at a time ("no state 't'"), State.TARGET and None raised
+    # TypeError ("'State' object is not iterable"), though peek's state= takes either.
+    jobs = box.queue("jobs")
+    message_id = jobs.put(b"x")
+    with pytest.raises(boxmq.InvalidArgument, match=r"states takes a list of states, such as \["):
+        jobs.find(message_id, states=states)
+    found = jobs.find(message_id, states=["target"])
+    assert found is not None
+    assert found.state is boxmq.State.TARGET
+
+
 @pytest.mark.parametrize("filters", ["a/#", b"a/#", None, 5, {"a/#": 1}])
 def test_unsubscribe_many_of_no_list_is_refused_before_anything_ends(
     box: boxmq.Box, filters: Any
