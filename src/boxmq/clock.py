@@ -6,6 +6,7 @@ clock (seconds since the epoch), not a monotonic one.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Protocol
 
@@ -42,6 +43,11 @@ class ManualClock:
         return self._now
 
     def advance(self, seconds: float) -> None:
+        # A NaN step was taken, and the clock read NaN for good: every deadline computed from
+        # it failed far from here ("cannot convert float NaN to integer" at the next put).
+        number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+        if not number or not math.isfinite(seconds):
+            raise ValueError(f"advance takes a finite number of seconds, not {seconds!r}")
         if seconds < 0:
             raise ValueError("a clock does not go backwards")
         self._now += seconds

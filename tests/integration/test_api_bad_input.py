@@ -232,6 +232,35 @@ def test_put_many_of_no_list_is_refused_naming_what_it_takes(box: boxmq.Box, mes
     assert jobs.counts() == boxmq.QueueCounts(0, 0, 0, 0, 0, 0)
 
 
+@pytest.mark.parametrize("states", ["target", boxmq.State.TARGET, None, 5])
+def test_find_of_one_state_alone_is_refused_saying_to_list_it(box: boxmq.Box, states: Any) -> None:
+    # "target" was read a character at a time ("no state 't'"), State.TARGET and None raised
+    # TypeError ("'State' object is not iterable"), though peek's state= takes either.
+    jobs = box.queue("jobs")
+    message_id = jobs.put(b"x")
+    with pytest.raises(boxmq.InvalidArgument, match=r"states takes a list of states, such as \["):
+        jobs.find(message_id, states=states)
+    found = jobs.find(message_id, states=["target"])
+    assert found is not None
+    assert found.state is boxmq.State.TARGET
+
+
+@pytest.mark.parametrize("filters", ["a/#", b"a/#", None, 5, {"a/#": 1}])
+def test_unsubscribe_many_of_no_list_is_refused_before_anything_ends(
+    box: boxmq.Box, filters: Any
+) -> None:
+    # A str is an iterable of one-character filters: unsubscribe_many("a/#", ...) ended the
+    # subscriber's "#", with what it had collected, and left "a/#". A dict ended its keys.
+    for kept in ("#", "a/#"):
+        box.subscribe(kept, "s").close()
+    box.publish("a/b", b"collected")
+    with pytest.raises(boxmq.InvalidArgument, match=r"unsubscribe_many takes a list of filters"):
+        box.unsubscribe_many(filters, "s")
+    for kept in ("#", "a/#"):
+        assert box.subscription(kept, "s").counts().ready == 1
+    assert box.unsubscribe_many(["a/#"], "s") == [True]
+
+
 @pytest.mark.parametrize("durable", [True, False])
 @pytest.mark.parametrize("most", [-1, 1.5, "3", True])
 def test_receive_ready_takes_none_or_a_count_of_zero_or_more(
@@ -274,6 +303,24 @@ def test_a_bool_is_no_duration(box: boxmq.Box) -> None:
         message.unlock(delay=False)
     assert jobs.peek(state=boxmq.State.PROCESSING)[0].lock_deadline == pytest.approx(deadline)
     assert jobs.counts().ready == 0
+
+
+@pytest.mark.parametrize("step", [math.nan, math.inf, "5", None])
+def test_a_manual_clock_refuses_a_step_that_is_no_finite_number_of_seconds(
+    manual_box: boxmq.Box, clock: boxmq.ManualClock, step: Any
+) -> None:
+    # advance(nan) was taken and the clock read nan for good: every put then raised "cannot
+    # convert float NaN to integer", and the box's close a KeyError. "5" raised a bare TypeError.
+    jobs = manual_box.queue("jobs")
+    before = clock.now()
+    with pytest.raises(ValueError, match=r"advance takes a finite number of seconds"):
+        clock.advance(step)
+    assert clock.now() == before
+    jobs.put(b"x", expires_in=5)
+    clock.advance(1)
+    message = jobs.get("worker")
+    assert message is not None
+    message.ack()
 
 
 @pytest.mark.parametrize(

@@ -1274,6 +1274,28 @@ def test_properties_that_cannot_spill_for_the_key_s_room_say_so(box: boxmq.Box, 
     assert not (root / ".properties").exists() or not os.listdir(root / ".properties")
 
 
+@pytest.mark.parametrize("others", [{}, {"note": "y" * 200}])
+@pytest.mark.parametrize(
+    ("value", "why"), [("v" * 70_000, "over MQTT's"), ("a\0" + "b" * 200, "U+0000")]
+)
+def test_a_property_no_side_file_can_hold_is_named_in_the_refusal(
+    box: boxmq.Box, root: Path, value: str, why: str, others: dict[str, str]
+) -> None:
+    """A side file holds MQTT v5 property bytes, so a property MQTT cannot carry (over 65,535
+    bytes, or a U+0000) stays in the name: the error names it and why, where it told only to
+    shorten the properties, though a user had read that those too long for the name go to a
+    side file (`properties={"big": "v" * 1000}` does). Nothing is written."""
+    jobs = box.queue("jobs")
+    with pytest.raises(boxmq.MetadataTooLong) as refused:
+        jobs.put(b"x", properties={"big": value, **others})
+    said = str(refused.value)
+    assert "property 'big' cannot go to a side file" in said
+    assert why in said
+    assert said.endswith("put large values in the body")
+    assert jobs.counts().ready == 0
+    assert not (root / ".properties").exists() or not os.listdir(root / ".properties")
+
+
 def test_a_request_whose_fields_leave_no_room_for_the_side_files_key_is_stored(
     box: boxmq.Box, root: Path
 ) -> None:

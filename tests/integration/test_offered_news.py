@@ -287,3 +287,21 @@ def test_has_more_says_a_sweep_is_due_while_the_consumer_holds_locks(
     assert not consumer.has_more()
     clock.advance(1.0)  # the sweep's interval
     assert consumer.has_more()
+
+
+@pytest.mark.parametrize("listener", [5, None, "print"])
+def test_a_listener_that_cannot_be_called_is_refused_before_any_put_meets_it(
+    box: boxmq.Box, listener: object
+) -> None:
+    """listen_offered(5) was taken, and each later put into a queue with a consumer raised
+    TypeError ('int' object is not callable) after its message was stored: a producer that
+    sent it again on the error stored it twice."""
+    queue = box.queue("q")
+    with queue.consumer("c1") as consumer:
+        with pytest.raises(boxmq.InvalidArgument, match=r"listen_offered takes a callable"):
+            box.listen_offered(listener)  # type: ignore[arg-type]
+        queue.put(b"once")
+        assert queue.counts().ready == 1
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        message.ack()

@@ -40,6 +40,7 @@ def test_a_positive_finite_duration_up_to_a_century_passes(seconds: float) -> No
         (False, "not False"),
         (LONGEST * 1.01, "too long: at most 3.1536e+09 (100 years)"),
         (1e300, "x of 1e+300 seconds is too long"),
+        (10**400, "x of more than 1e+308 seconds is too long"),  # OverflowError from a float
     ],
 )
 def test_anything_else_is_refused_saying_what_to_give(value: object, says: str) -> None:
@@ -61,13 +62,15 @@ def test_a_receive_timeout_is_none_or_a_number(value: object) -> None:
 
 
 def test_a_receive_timeout_past_a_century_waits_on() -> None:
-    assert [check_wait(v) for v in (None, -1, 0, 2.5, math.inf, 1e12)] == [
+    assert [check_wait(v) for v in (None, -1, 0, 2.5, math.inf, 1e12, 10**400, -(10**400))] == [
         None,
         -1,
         0,
         2.5,
         None,
         None,
+        None,  # an int past a float's range raised OverflowError, here or in the receive
+        0,
     ]
 
 

@@ -553,6 +553,12 @@ class Box:
         processes' messages are not told: a receive reads them from the watcher. It is
         called with no lock of the box or the queue held, so it may call back into them (a
         receive, from its thread or another)."""
+        if not callable(listener):
+            # Taken, it failed at each later put, once its message was stored: a producer
+            # that sent it again on the TypeError stored it twice.
+            raise InvalidArgument(
+                f"listen_offered takes a callable, listener(consumers, queue), not {listener!r}"
+            )
         self._engines.listen(listener)
 
     def forget_offered(self, listener: Listener) -> None:

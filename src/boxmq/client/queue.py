@@ -639,7 +639,7 @@ class Queue:
         and only its file stat'ed, where a peek of a folder of 300,000 messages read them
         all (seconds)."""
         wanted = _message_id(message_id)
-        for state in [state_of(state) for state in states]:
+        for state in _states_listed(states):
             # Closed as it returns mid-listing: CPython closed the folder only as its last
             # reference went, and a build without reference counting kept it open.
             with closing(self._box.scan(state)) as entries:
@@ -726,6 +726,17 @@ def _name_and_lock(name: str, state: State) -> tuple[str, Lock | None]:
     """The message's name and lock of file `name` in `state`'s folder, as peek and find read
     it: only processing/ holds locked names, a name elsewhere is taken whole."""
     return split_lock(name) if state is State.PROCESSING else (name, None)
+
+
+def _states_listed(states: object) -> list[State]:
+    """`find`'s states, each a State or its folder's name; InvalidArgument for one state given
+    alone, which `peek`'s state= takes: "target" was read a character at a time ("no state
+    't'"), and State.TARGET raised TypeError, not being iterable."""
+    if isinstance(states, (str, State)) or not isinstance(states, Iterable):
+        raise InvalidArgument(
+            f"states takes a list of states, such as ['target', 'error'], not {states!r}"
+        )
+    return [state_of(state) for state in states]
 
 
 def state_of(value: State | str) -> State:

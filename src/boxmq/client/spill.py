@@ -96,8 +96,10 @@ def spilled(
     move; the smallest name's error if even that does not fit. write=False: a publication no
     subscription gets a copy of, refused as one that a subscription gets would be, and no side
     file written (no file would name it, and it stayed until the sweep collected it)."""
-    if side_files is None or not _movable(envelope):
+    if side_files is None:
         raise refused
+    if not _movable(envelope):
+        raise _naming_uncarried(envelope, refused) from None
     raw = v5_bytes(envelope)
     named = Property(PROPERTIES_FILE, PropertyType.STRING, key_of(raw))
     tried: list[Envelope] = []
@@ -122,10 +124,32 @@ def spilled(
             refused = error
             continue
         return candidate, name, side_files.place(raw) if write else None
-    raise MetadataTooLong(
-        "the properties are too long for a file name, and with them in a side file, what stays"
-        f" in the name with the side file's key is still too long: {refused}"
+    raise _naming_uncarried(
+        envelope,
+        MetadataTooLong(
+            "the properties are too long for a file name, and with them in a side file, what"
+            f" stays in the name with the side file's key is still too long: {refused}"
+        ),
     ) from None
+
+
+def _naming_uncarried(envelope: Envelope, refused: MetadataTooLong) -> MetadataTooLong:
+    """`refused`, naming the first producer's property that stayed in the name because MQTT
+    cannot carry it in a side file (over 65,535 bytes, a U+0000): the docs promise a side file
+    for properties too long for the name, and "shorten the properties" alone left a producer
+    wondering why a 100 kB value did not go there when a 1 kB one did."""
+    for prop in envelope.properties:
+        if prop.name.startswith(RESERVED_PREFIX) or prop.name == GROUP_KEY:
+            continue
+        why = mqtt_fields.not_carried(prop.name) or mqtt_fields.not_carried(
+            property_text(prop.value)
+        )
+        if why is not None:
+            return MetadataTooLong(
+                f"{refused}; property {prop.name!r} cannot go to a side file, which holds MQTT"
+                f" v5 properties ({why}), so it stays in the name: put large values in the body"
+            )
+    return refused
 
 
 def _tries(envelope: Envelope) -> Iterator[tuple[bool, frozenset[Property]]]:

@@ -498,6 +498,7 @@ class Topics(Publisher):
         """`unsubscribe` of each of `filters`, told to the other processes together
         (`ending_together`): whether each was a subscription. The first failure is raised,
         the filters before it unsubscribed."""
+        _check_filters_listed(filters)
         with self.ending_together():
             return [self.unsubscribe(filter, subscriber) for filter in filters]
 
@@ -992,6 +993,19 @@ class _EndingTogether:
 
 _WILDCARDS = frozenset("+#")  # a filter without them is a topic name: one retained file
 _SUBSCRIBER = "subscriber name"  # what a refused one is called: a subscriber's, not a consumer's
+
+
+def _check_filters_listed(filters: object) -> None:
+    """InvalidArgument unless `filters` is a list (any iterable) of filters. One filter given
+    alone is iterable too: unsubscribe_many("a/#", ...) ended "a", "/" and "#", a subscriber's
+    "#" with what it had collected; a dict ended its keys. put_many refuses one body so."""
+    if isinstance(filters, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(
+        filters, Iterable
+    ):
+        raise InvalidArgument(
+            f"unsubscribe_many takes a list of filters, not {type(filters).__name__}: "
+            f"{filters!r}; use unsubscribe(filter, subscriber), or unsubscribe_many([filter], ...)"
+        )
 
 
 def _no_str(subscriber: object) -> str:

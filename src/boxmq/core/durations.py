@@ -37,13 +37,17 @@ def check_seconds(what: str, value: float, *, zero: bool = False) -> float:
         usable = math.isfinite(value) and (value >= 0 if zero else value > 0)
     except TypeError:
         usable = False
+    except OverflowError:  # an int past a float's range (10**400): finite, and too long below
+        usable = value > 0
     if isinstance(value, bool):  # True is 1 to math: lock_timeout=True locked for 1 s
         usable = False
     if not usable:
         raise InvalidArgument(f"{what} must be a finite number of seconds {least}, not {value!r}")
     if value > LONGEST:
+        # "{:g}" of an int past a float's range (10**400) raised OverflowError.
+        shown = f"{value:g}" if value <= 1e308 else "more than 1e+308"
         raise InvalidArgument(
-            f"{what} of {value:g} seconds is too long: at most {LONGEST:g} (100 years)"
+            f"{what} of {shown} seconds is too long: at most {LONGEST:g} (100 years)"
         )
     return float(value)
 
@@ -54,15 +58,18 @@ def check_wait(value: float | None) -> float | None:
     given it waited for ever; a str or a bool is a caller's mistake. Over a century (infinity
     too) is None: a condition's wait raised OverflowError for more than threading.TIMEOUT_MAX."""
     # The usual timeout in one look: type(), as a bool is no number here; NaN is never <=.
-    if (type(value) is float or type(value) is int) and value <= LONGEST:
+    if (type(value) is float or type(value) is int) and -LONGEST <= value <= LONGEST:
         return value
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+    nan = isinstance(value, float) and math.isnan(value)  # math.isnan(10**400): OverflowError
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or nan:
         raise InvalidArgument(
             f"a receive timeout must be None or a number of seconds (0: do not wait), not {value!r}"
         )
-    return None if value > LONGEST else value
+    # Past a century either way: wait on, or look once (0), where an int past a float's range
+    # (10**400) raised OverflowError as the receive added it to the clock.
+    return None if value > LONGEST else 0.0
 
 
 # The units a duration is written in (docs/cli.md, docs/configuration.md, docs/spark.md).
