@@ -538,3 +538,35 @@ def test_peek_decodes_only_the_messages_it_shows_and_what_their_names_do_not_ran
     shown = jobs.peek(limit=3)
     assert [peeked.envelope.message_id for peeked in shown] == [urgent, ids[0], ids[1]]
     assert len(decoded) == 1 + 3  # the message with an expiration; then the three shown
+
+
+@pytest.mark.parametrize("moved", [True, False], ids=["after the rename", "before it"])
+def test_a_claim_cut_short_by_ctrl_c_leaves_the_consumer_whole(
+    root: Path, monkeypatch: pytest.MonkeyPatch, moved: bool
+) -> None:
+    """Ctrl-C in a busy receive loop lands when a claim's rename returns (ctypes raises the
+    KeyboardInterrupt there): the engine counted a lock this process kept no file name for,
+    so the consumer's close raised KeyError in place of the interrupt, and the message stayed
+    locked until its deadline. Now the claim is as the disk says: held, then released at the
+    close, or never made."""
+    real = Dropbox.claim
+
+    def interrupted(self: Dropbox, name: str, locked: str) -> str | None:
+        if moved:
+            real(self, name, locked)
+        raise KeyboardInterrupt
+
+    with boxmq.open(root, fsync="never") as box:
+        jobs = box.queue("jobs")
+        jobs.put_many([b"a", b"b", b"c"])
+        consumer = jobs.consumer("w", max_in_flight=1)
+        with monkeypatch.context() as patched:
+            patched.setattr(Dropbox, "claim", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                consumer.receive(timeout=0)
+        consumer.close()  # raised KeyError
+        counts = jobs.counts()
+        assert (counts.ready, counts.locked) == (3, 0)
+        with jobs.consumer("again", max_in_flight=3) as again:
+            bodies = [again.receive(timeout=5) for _ in range(3)]
+            assert sorted(m.body for m in bodies if m is not None) == [b"a", b"b", b"c"]

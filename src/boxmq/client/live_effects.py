@@ -11,6 +11,7 @@ refuses undoes the claims not made.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Final
 
 from boxmq.client.held_locks import HeldLocks
@@ -89,6 +90,14 @@ class LiveEffects(HeldLocks):
             done = next(index for index, each in enumerate(effects) if each is effect)
             self._unclaim(effects[done:])
             raise
+        except (KeyboardInterrupt, SystemExit):  # a signal's, raised at any bytecode of it
+            cut = next((i for i, each in enumerate(effects) if each is effect), None)
+            if cut is None:  # before the first
+                self._unclaim(effects)
+                raise
+            self._claim_as_on_disk(effects[cut])
+            self._unclaim(effects[cut + 1 :])
+            raise
         finally:
             if self._expired:  # said once for the batch, as `get` says it
                 tell_expired(self.name, self._expired)
@@ -105,6 +114,32 @@ class LiveEffects(HeldLocks):
                 self._known.pop(effect.message.key, None)  # else the rescan skips it
                 self._engine.claim_lost(effect.message.message_id)
                 self._next_scan = 0.0
+
+    def _claim_as_on_disk(self, effect: Effect) -> None:
+        """A claim cut short by an interrupt, which Python raises when the rename's system
+        call returns (ctypes): made as far as the disk says. Its file in processing/ under its
+        lock is held, in its consumer's inbox (handed out, or released at its close); else it
+        is taken back as a claim not made. Left as it was, the engine counted a lock this
+        process had no file name for: the consumer's close raised KeyError in place of the
+        interrupt, and the message stayed locked until its deadline."""
+        if type(effect) is not Claim:
+            return
+        message_id, holder = effect.message.message_id, effect.holder
+        inbox = self._inbox[holder]
+        if message_id in self._locks:  # made, the interrupt after it
+            if message_id not in inbox:
+                inbox.append(message_id)
+            return
+        locked = self._lock_name(effect)
+        if os.path.lexists(self._box.file(_PROCESSING, locked)):
+            self._locks[message_id] = locked
+            inbox.append(message_id)
+        else:
+            self._unclaim([effect])
+
+    def _lock_name(self, effect: Claim) -> str:
+        token = "" if effect.holder in self._outliving else self._token  # see attach
+        return lock_suffixed(effect.message.key, effect.holder, int(effect.deadline * 1000), token)
 
     def _apply(self, effect: Effect) -> bool:
         """Apply one effect; True if a lock it acts on was gone: a claim lost to another
@@ -182,9 +217,7 @@ class LiveEffects(HeldLocks):
         # Our put, claimed before the watcher told of it: it will not (came and left between
         # two reads), so no news is left to skip.
         self._sent.discard(message.key)
-        token = "" if holder in self._outliving else self._token  # see attach
-        locked = lock_suffixed(message.key, holder, int(effect.deadline * 1000), token)
-        processing = self._box.claim(message.key, locked)
+        processing = self._box.claim(message.key, self._lock_name(effect))
         if processing is None:
             self._engine.claim_lost(message.message_id)
             self._lost += 1
