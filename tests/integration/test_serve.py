@@ -204,6 +204,29 @@ def test_sighup_stops_serve_as_sigterm_does(tmp_path: Path) -> None:
     assert "MQTT listeners closed" in log
 
 
+def test_sighup_leaves_serve_run_under_nohup_serving(tmp_path: Path) -> None:
+    """operations.md: run `boxmq serve` under nohup to keep it past the end of a terminal
+    session. nohup asks for that by ignoring SIGHUP, which the closed terminal's shell sends to
+    its jobs; serve's own handler undid it, so the broker stopped with the terminal all the
+    same. SIGTERM still stops it."""
+    under_nohup = (
+        "-c",
+        "import os, sys; "
+        "os.execvp('nohup', ['nohup', sys.executable, '-m', 'boxmq.cli', *sys.argv[1:]])",
+    )
+    address, server = serve_fresh(tmp_path, program=under_nohup)
+    with _reaped(server):
+        server.send_signal(signal.SIGHUP)
+        sock, _ = open_raw(address, "after-hup", clean=True)  # still serving
+        sock.close()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+    log = (tmp_path / "serve.log").read_text()
+    assert "SIGHUP received" not in log
+    assert "SIGTERM received: stopping" in log
+    assert "SIGHUP is ignored (nohup): a closed terminal does not stop this server" in log
+
+
 def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -> None:
     """For a broker that seems stuck: where each thread waits, in the log, and no stop."""
     address, server = serve_fresh(tmp_path)
