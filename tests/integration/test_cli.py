@@ -1433,10 +1433,11 @@ def test_json_records_give_every_body_back_byte_for_byte(root: Path) -> None:
     assert sorted(_body_of(json.loads(line)) for line in lines) == sorted(bodies)
 
 
-def _subscribing(root: Path, *args: str) -> subprocess.Popen[str]:
+def _subscribing(root: Path, *args: str, under: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     """`boxmq subscribe news/# ARGS...`, running, once it printed the retained message that
-    `news/today` holds (so its subscription exists)."""
-    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    `news/today` holds (so its subscription exists). `under`: the command it runs under
+    (`nohup`)."""
+    command = [*under, sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
     command += ["subscribe", "news/#", *args]
     sub = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert sub.stdout is not None
@@ -1458,6 +1459,21 @@ def test_subscribe_stopped_by_a_signal_removes_its_subscription(
         assert list((root / "topic-root").rglob("client.reader"))
         sub.send_signal(signum)
         assert sub.wait(timeout=30) == 128 + signum
+    assert not list((root / "topic-root").rglob("client.reader"))
+
+
+def test_subscribe_run_under_nohup_goes_on_after_sighup(root: Path) -> None:
+    """`nohup boxmq subscribe ... >> file &` is how a shell keeps a command past the end of its
+    terminal: nohup ignores SIGHUP, which the closed terminal's shell sends to its jobs, and
+    subscribe's own handler undid that, so the run ended with the terminal all the same."""
+    ok(root, "publish", "news/today", "first", "--retain")
+    with _subscribing(root, "--name", "reader", under=("nohup",)) as sub:
+        assert sub.stdout is not None
+        sub.send_signal(signal.SIGHUP)
+        ok(root, "publish", "news/later", "second")
+        assert read_line(sub.stdout, 30) == "news/later second\n"  # still reading
+        sub.send_signal(signal.SIGTERM)
+        assert sub.wait(timeout=30) == 128 + signal.SIGTERM
     assert not list((root / "topic-root").rglob("client.reader"))
 
 
