@@ -2151,6 +2151,24 @@ def test_a_root_blocked_by_a_file_says_to_move_it_not_that_put_makes_it(
     assert (tmp_path / "file").read_text() == "kept"
 
 
+def test_a_root_that_is_a_link_to_nothing_says_so_not_that_put_makes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read's `--data` that is a symbolic link to nothing said "(it does not exist) ...
+    (put, publish, subscribe and serve make it)", but it stands there, and each of those
+    refuses it (`is a symbolic link to ..., which is no folder`): found by the operator's
+    probe of a root given as a link. The link is left as it is, nothing made through it."""
+    (tmp_path / "data").symlink_to(tmp_path / "gone")
+    assert cli.main(["--data", str(tmp_path / "data"), "ls"]) == 1
+    [said] = capsys.readouterr().err.splitlines()
+    assert said == (
+        f"boxmq ls: no folder {tmp_path / 'data'} (it is a symbolic link to "
+        f"{tmp_path / 'gone'}, which is no folder): check --data or $BOXMQ_DATA, or make "
+        "that folder (no command makes a folder through a link)"
+    )
+    assert not (tmp_path / "gone").exists()
+
+
 @pytest.mark.parametrize(
     "command", [["ls"], ["put", "x", "hi"], ["get", "jobs"], ["serve", "--mqtt", "127.0.0.1:0"]]
 )
