@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 from harness.output import Drained
+from harness.ports import free_port
 from harness.stopping import kill, stop
-from tests.integration.mqtt.clients import START, serve_fresh
+from tests.integration.mqtt.clients import START, RunningServer, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
 from tests.processes import dead_token
 from tests.waiting import until, waited
@@ -225,6 +226,32 @@ def test_sighup_leaves_serve_run_under_nohup_serving(tmp_path: Path) -> None:
     assert "SIGHUP received" not in log
     assert "SIGTERM received: stopping" in log
     assert "SIGHUP is ignored (nohup): a closed terminal does not stop this server" in log
+
+
+def test_serve_started_with_its_standard_error_closed_serves(tmp_path: Path) -> None:
+    """`boxmq serve ... 2>&-` (a script that detaches it closing its descriptors): it wrote
+    nothing and ended at once with status 1, the SIGUSR1 stack dump refused a missing stderr
+    (`RuntimeError: sys.stderr is None`), where the broker serves without a log; its
+    descriptor 2 is /dev/null, not the next file it opened (found by the operator's probe)."""
+    root, port = tmp_path / "root", free_port()
+    command = [*_SERVE, "--data", str(root), "serve", "--mqtt", f"127.0.0.1:{port}"]
+    server = subprocess.Popen(["sh", "-c", 'exec "$@" 2>&-', "sh", *command])
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+
+    def serving() -> bool:
+        assert server.poll() is None, f"boxmq serve ended, status {server.returncode}"
+        with contextlib.suppress(ConnectionRefusedError):
+            sock, _ = open_raw(address, "closed-stderr", clean=True)
+            sock.close()
+            return True
+        return False
+
+    with _reaped(server):
+        until(serving, "boxmq serve never took a client", within=START)
+        # Not a file of its own: what the interpreter writes there at a fatal error went in.
+        assert os.readlink(f"/proc/{server.pid}/fd/2") == os.devnull
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
 
 
 def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -> None:
