@@ -246,12 +246,16 @@ def _check_root(path: str, root_from: str | None = None) -> None:
         # `--data file/sub` "did not exist"
         if (file := in_the_way(os.path.dirname(os.path.abspath(path)))) is not None:
             what = f"{file} is a file, not a folder"
-        # Those that make a missing root refuse one a file stands in the way of.
+        # Those that make a missing root refuse one a file stands in the way of, and one that
+        # is a link to nothing (`the root ... is a symbolic link to ...`).
         remedy = (
             " (put, publish, subscribe and serve make it)"
             if what == "it does not exist"
             else ", or move the file away (no command makes a folder where a file stands)"
         )
+        if os.path.islink(path) and not os.path.exists(path):
+            what = f"it is a symbolic link to {os.readlink(path)}, which is no folder"
+            remedy = ", or make that folder (no command makes a folder through a link)"
         given = root_from or "--data or $BOXMQ_DATA"
         raise QueueNotFound(f"no folder {path} ({what}): check {given}{remedy}")
 

@@ -332,11 +332,27 @@ def _literal_placeholders(acl: Acl) -> list[str]:
     ]
 
 
+def _hold_closed_standard_descriptors() -> None:
+    """Started with its standard input, output or error closed (`2>&-`), the process gives
+    that number to the next file it opens, an epoll or a message's file, where whatever is
+    written to the standard stream (the interpreter's fatal error, a library's) would land:
+    /dev/null holds each one closed, as daemons do."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:  # the lowest free number: a lower one closed too is held first
+                os.dup2(null, fd)
+                os.close(null)
+
+
 def serve(args: argparse.Namespace) -> int:
     """`boxmq serve`: its settings said and checked, its listeners bound, then its root served
     until a signal stops it."""
     from boxmq.runtime import open_files_limit
 
+    _hold_closed_standard_descriptors()
     config = serve_config(args)
     log = logging.getLogger("boxmq.serve")
     if not args.verbose:
@@ -436,8 +452,10 @@ def _serve_root(
         max_deliveries=config.max_deliveries,
     ) as box:
         # A broker that seems stuck shows where each thread waits, and goes on serving:
-        # `kill -USR1 <pid>` writes every thread's Python stack to the log (stderr).
-        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        # `kill -USR1 <pid>` writes every thread's Python stack to the log (stderr). Started
+        # with stderr closed (`2>&-`) it has no log to write to, and serves all the same.
+        if sys.stderr is not None:
+            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
         serving = runtime.serve(
             box, sweep_interval=config.sweep_interval, mqtt=mqtt, mqtt_sockets=sockets, xmpp=xmpp
         )

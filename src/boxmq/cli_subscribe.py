@@ -32,9 +32,12 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
     received = 0
     # SIGTERM (kill, systemd, docker stop) and SIGHUP (the terminal closed) end it as Ctrl-C
     # does: through the `finally` below, so that a plain subscription does not outlive the
-    # command. SIGKILL skips that: see `ends_with_process` below.
+    # command. SIGKILL skips that: see `ends_with_process` below. A SIGHUP that came ignored
+    # stays so: `nohup` asked that the run outlive its terminal.
     stop = _Stop()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signum is signal.SIGHUP and signal.getsignal(signum) is signal.SIG_IGN:
+            continue
         signal.signal(signum, stop)
     # Only a subscription (or share-group membership) this run made ends with it: one an
     # earlier `--keep` (or the Python API, or a Spark stream) made is read and left in place,

@@ -135,6 +135,19 @@ def run(main: Coroutine[Any, Any, None]) -> None:
 _STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+def _ignored_by_who_started_us(sig: signal.Signals) -> bool:
+    """Whether `sig` is SIGHUP and came ignored, as `nohup` leaves it: whoever started serve
+    so asked that a closed terminal not stop it, and a handler of ours would undo that (the
+    broker stopped with the terminal it was started from under nohup). Said at start."""
+    if sig is not signal.SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN:
+        return False
+    log.info(
+        "SIGHUP is ignored (nohup): a closed terminal does not stop this server; "
+        "SIGTERM or SIGINT do"
+    )
+    return True
+
+
 def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> None:
     # A mosquitto user's `kill -HUP` (or a service's reload) to take in a new password or ACL
     # file stops the broker: the line says so, or it reads as a crash of the reload.
@@ -184,6 +197,8 @@ async def serve(
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in _STOP_SIGNALS:
+        if _ignored_by_who_started_us(sig):
+            continue
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, _stop_on, sig, stop)
     queues = box.queues()

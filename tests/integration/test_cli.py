@@ -1433,10 +1433,11 @@ def test_json_records_give_every_body_back_byte_for_byte(root: Path) -> None:
     assert sorted(_body_of(json.loads(line)) for line in lines) == sorted(bodies)
 
 
-def _subscribing(root: Path, *args: str) -> subprocess.Popen[str]:
+def _subscribing(root: Path, *args: str, under: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     """`boxmq subscribe news/# ARGS...`, running, once it printed the retained message that
-    `news/today` holds (so its subscription exists)."""
-    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    `news/today` holds (so its subscription exists). `under`: the command it runs under
+    (`nohup`)."""
+    command = [*under, sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
     command += ["subscribe", "news/#", *args]
     sub = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert sub.stdout is not None
@@ -1454,10 +1455,26 @@ def test_subscribe_stopped_by_a_signal_removes_its_subscription(
     root: Path, signum: signal.Signals
 ) -> None:
     ok(root, "publish", "news/today", "first", "--retain")
-    with _subscribing(root, "--name", "reader") as sub:
+    # Its SIGHUP the default one even where the tests run under nohup, which it would keep.
+    with _subscribing(root, "--name", "reader", under=("env", "--default-signal")) as sub:
         assert list((root / "topic-root").rglob("client.reader"))
         sub.send_signal(signum)
         assert sub.wait(timeout=30) == 128 + signum
+    assert not list((root / "topic-root").rglob("client.reader"))
+
+
+def test_subscribe_run_under_nohup_goes_on_after_sighup(root: Path) -> None:
+    """`nohup boxmq subscribe ... >> file &` is how a shell keeps a command past the end of its
+    terminal: nohup ignores SIGHUP, which the closed terminal's shell sends to its jobs, and
+    subscribe's own handler undid that, so the run ended with the terminal all the same."""
+    ok(root, "publish", "news/today", "first", "--retain")
+    with _subscribing(root, "--name", "reader", under=("nohup",)) as sub:
+        assert sub.stdout is not None
+        sub.send_signal(signal.SIGHUP)
+        ok(root, "publish", "news/later", "second")
+        assert read_line(sub.stdout, 30) == "news/later second\n"  # still reading
+        sub.send_signal(signal.SIGTERM)
+        assert sub.wait(timeout=30) == 128 + signal.SIGTERM
     assert not list((root / "topic-root").rglob("client.reader"))
 
 
@@ -2155,6 +2172,24 @@ def test_a_root_blocked_by_a_file_says_to_move_it_not_that_put_makes_it(
         "or move the file away (no command makes a folder where a file stands)"
     )
     assert (tmp_path / "file").read_text() == "kept"
+
+
+def test_a_root_that_is_a_link_to_nothing_says_so_not_that_put_makes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A read's `--data` that is a symbolic link to nothing said "(it does not exist) ...
+    (put, publish, subscribe and serve make it)", but it stands there, and each of those
+    refuses it (`is a symbolic link to ..., which is no folder`): found by the operator's
+    probe of a root given as a link. The link is left as it is, nothing made through it."""
+    (tmp_path / "data").symlink_to(tmp_path / "gone")
+    assert cli.main(["--data", str(tmp_path / "data"), "ls"]) == 1
+    [said] = capsys.readouterr().err.splitlines()
+    assert said == (
+        f"boxmq ls: no folder {tmp_path / 'data'} (it is a symbolic link to "
+        f"{tmp_path / 'gone'}, which is no folder): check --data or $BOXMQ_DATA, or make "
+        "that folder (no command makes a folder through a link)"
+    )
+    assert not (tmp_path / "gone").exists()
 
 
 @pytest.mark.parametrize(

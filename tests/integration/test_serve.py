@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 from harness.output import Drained
+from harness.ports import free_port
 from harness.stopping import kill, stop
-from tests.integration.mqtt.clients import START, serve_fresh
+from tests.integration.mqtt.clients import START, RunningServer, serve_fresh
 from tests.integration.mqtt.raw import open_raw, read
 from tests.processes import dead_token
 from tests.waiting import until, waited
@@ -184,11 +185,19 @@ def test_a_sweep_the_file_system_fails_is_told_and_serving_goes_on(
     assert "Too many open files" in caplog.text
 
 
+def _under(*command: str) -> tuple[str, ...]:
+    """serve_fresh's `program` for a `boxmq` run under `command` (`nohup`, `env ...`): the
+    interpreter execs the command, which runs `python -m boxmq.cli` with the arguments."""
+    run = [*command, sys.executable, "-m", "boxmq.cli"]
+    return ("-c", f"import os, sys; os.execvp({run[0]!r}, [*{run!r}, *sys.argv[1:]])")
+
+
 def test_sighup_stops_serve_as_sigterm_does(tmp_path: Path) -> None:
     """What a closed terminal sends: clients are told (DISCONNECT 0x8B, server shutting down),
     the stop is logged, and the exit is clean, instead of a death by the signal (129). The
-    line said nothing of a reload, which is what mosquitto does on SIGHUP."""
-    address, server = serve_fresh(tmp_path)
+    line said nothing of a reload, which is what mosquitto does on SIGHUP. (Its SIGHUP is
+    the default one even where the tests run under nohup, which serve would keep.)"""
+    address, server = serve_fresh(tmp_path, program=_under("env", "--default-signal=HUP"))
     with _reaped(server):
         sock, _ = open_raw(address, "hup", clean=True)
         with sock:
@@ -202,6 +211,50 @@ def test_sighup_stops_serve_as_sigterm_does(tmp_path: Path) -> None:
         "and TLS files are read at start, so start it again to take in their changes)"
     ) in log  # a mosquitto user's reload, told why it stopped
     assert "MQTT listeners closed" in log
+
+
+def test_sighup_leaves_serve_run_under_nohup_serving(tmp_path: Path) -> None:
+    """operations.md: run `boxmq serve` under nohup to keep it past the end of a terminal
+    session. nohup asks for that by ignoring SIGHUP, which the closed terminal's shell sends to
+    its jobs; serve's own handler undid it, so the broker stopped with the terminal all the
+    same. SIGTERM still stops it."""
+    address, server = serve_fresh(tmp_path, program=_under("nohup"))
+    with _reaped(server):
+        server.send_signal(signal.SIGHUP)
+        sock, _ = open_raw(address, "after-hup", clean=True)  # still serving
+        sock.close()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+    log = (tmp_path / "serve.log").read_text()
+    assert "SIGHUP received" not in log
+    assert "SIGTERM received: stopping" in log
+    assert "SIGHUP is ignored (nohup): a closed terminal does not stop this server" in log
+
+
+def test_serve_started_with_its_standard_error_closed_serves(tmp_path: Path) -> None:
+    """`boxmq serve ... 2>&-` (a script that detaches it closing its descriptors): it wrote
+    nothing and ended at once with status 1, the SIGUSR1 stack dump refused a missing stderr
+    (`RuntimeError: sys.stderr is None`), where the broker serves without a log; its
+    descriptor 2 is /dev/null, not the next file it opened (found by the operator's probe)."""
+    root, port = tmp_path / "root", free_port()
+    command = [*_SERVE, "--data", str(root), "serve", "--mqtt", f"127.0.0.1:{port}"]
+    server = subprocess.Popen(["sh", "-c", 'exec "$@" 2>&-', "sh", *command])
+    address = RunningServer(root, None, "127.0.0.1", port, None, None, None, None)  # type: ignore[arg-type]
+
+    def serving() -> bool:
+        assert server.poll() is None, f"boxmq serve ended, status {server.returncode}"
+        with contextlib.suppress(ConnectionRefusedError):
+            sock, _ = open_raw(address, "closed-stderr", clean=True)
+            sock.close()
+            return True
+        return False
+
+    with _reaped(server):
+        until(serving, "boxmq serve never took a client", within=START)
+        # Not a file of its own: what the interpreter writes there at a fatal error went in.
+        assert os.readlink(f"/proc/{server.pid}/fd/2") == os.devnull
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
 
 
 def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -> None:

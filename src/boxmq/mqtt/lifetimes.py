@@ -337,6 +337,8 @@ class Lifetimes:
         self._still_made: dict[str, list[set[str]]] = {}
         self._looking = False  # a look through the records under way (`Orphans.look`)
         self._told_no_claim = False  # told once: claims fail on every sweep, for every record
+        # A dead broker -> the refusal of the claim of its succession, told once (`_succeed`).
+        self._claims_refused: dict[str, RecurringFailure] = {}
         self._unread_ends: set[str] = set()  # ends due waiting for their records, told
         self._unread_at_start: list[str] = []  # the records a start could not read, by path
 
@@ -635,13 +637,18 @@ class Lifetimes:
         try:
             won = claim(self._box.root, dead, self._token) == self._token
         except OSError as error:
-            log.error(
+            # Tried again at each sweep, once a second: a full disk refused it as often, and
+            # each refusal was an ERROR line. Told once per errno; the same again at DEBUG.
+            refused = self._claims_refused.setdefault(dead, RecurringFailure())
+            log.log(
+                logging.ERROR if refused.news(error) else logging.DEBUG,
                 "the sessions counted by %s are not taken on (tried again at the next "
                 "sweep): claiming them failed: %s",
                 _named(dead),
                 store_failure(error),
             )
             return False
+        self._claims_refused.pop(dead, None)
         if won:
             log.info("the sessions counted by %s are taken on", _named(dead))
         return won

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from boxmq.errors import Closed
+from boxmq.errors import Closed, RecurringFailure, store_failure
 from boxmq.forks import renew_in_children
 from boxmq.model import cheap_init
 from boxmq.store import libc
@@ -457,14 +457,35 @@ class Committer:
             batch.tell()
 
     def _run_interval(self) -> None:
+        failing = RecurringFailure()
         while True:
             with self._lock:
                 self._wake.wait(self._interval)
                 closed = self.closed
-            flush_filesystem(self._root)
-            self.flushes += 1
+            self._flush_at_interval(failing)
             if closed:
                 return
+
+    def _flush_at_interval(self, failing: RecurringFailure) -> None:
+        """One flush of `interval`. One the file system refuses (EMFILE while clients hold
+        every descriptor, EIO) is told once per errno and tried again at the next interval:
+        raised, it ended this thread, and no flush came again for the life of the process,
+        whose puts were still acknowledged."""
+        try:
+            flush_filesystem(self._root)
+        except OSError as error:
+            if failing.news(error):
+                log.error(
+                    "%s: the flush every %gs (fsync interval) failed, tried again at each "
+                    "(puts meanwhile are on disk only as far as the kernel wrote them): %s",
+                    self._root,
+                    self._interval,
+                    store_failure(error),
+                )
+            return
+        self.flushes += 1
+        if failing.recovered():
+            log.info("%s: the fsync interval flushes again", self._root)
 
 
 def _tell_all(batches: Sequence[_Batch]) -> None:

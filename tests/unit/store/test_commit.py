@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import resource
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.waiting import until
 
 from boxmq.errors import Closed
 from boxmq.store import commit
@@ -319,6 +323,49 @@ def test_ready_is_never_told_when_the_renames_are_not_waited_for(
     )
     committer.close()
     assert told == ["committed"]
+
+
+@contextlib.contextmanager
+def _no_descriptor_left() -> Iterator[None]:
+    """This process's soft limit of open files set to its lowest free descriptor number:
+    the kernel refuses its next open (EMFILE), for real, until the block ends."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.dup(0)  # where the next open would land: no number from it is allowed
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_interval_flush_the_file_system_refuses_is_told_and_tried_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `interval`, a flush refused (EMFILE while clients hold every descriptor, EIO)
+    ended the flushing thread: no flush again for the life of the process, its puts still
+    acknowledged, and nothing in the log but the thread's traceback (found by the operator's
+    probe: `boxmq serve --fsync interval`, its limit of open files lowered a moment with
+    prlimit). The refusal is one ERROR line now, and the next interval flushes again."""
+    caplog.set_level(logging.INFO, logger="boxmq.store")
+    # A thread ended by the refusal fails the test below; its hook, which opens files
+    # under the limit, would fail in its stead.
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)
+    committer = Committer(str(tmp_path), FsyncPolicy.INTERVAL, interval=0.01)
+    committer.commit(written(tmp_path, 1))  # starts the flushing thread
+    until(lambda: committer.flushes > 0, "no flush under interval")
+
+    def refusals() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+
+    with _no_descriptor_left():
+        until(refusals, "the refused flush was not told")
+        refused_at = committer.flushes
+    until(lambda: committer.flushes > refused_at, "no flush once descriptors were back")
+    committer.close()
+    [refusal] = refusals()  # told once, however many intervals it lasted
+    assert "EMFILE" in refusal, refusal
+    assert any("flushes again" in r.getMessage() for r in caplog.records)
 
 
 def test_a_fan_out_to_one_dropbox_is_one_rename(tmp_path: Path) -> None:
