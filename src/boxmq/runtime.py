@@ -24,6 +24,7 @@ from boxmq.client.sweeps import SweepReport
 from boxmq.core.durations import spelled
 from boxmq.errors import RecurringFailure, store_failure
 from boxmq.mqtt.settings import MqttSettings
+from boxmq.store.commit import FsyncPolicy
 from boxmq.xmpp.settings import XmppSettings
 
 __all__ = ["open_files_limit", "run", "serve"]
@@ -174,6 +175,14 @@ def _processed_said(keep: bool, retention: float | None) -> str:
     )
 
 
+def _fsync_said(policy: FsyncPolicy, interval: float) -> str:
+    """The fsync policy as the start-up line says it: under "interval" how often it flushes,
+    which an operator checking that the file's fsync_interval was taken could not see."""
+    if policy is FsyncPolicy.INTERVAL:
+        return f"fsync=interval, every {spelled(interval)}"
+    return f"fsync={policy.value}"
+
+
 def _expired_said(retention: float | None) -> str:
     """What becomes of expired/ files, said at start: kept forever by default, which an
     operator whose clients send messages with an expiry learns here, not from a full disk."""
@@ -203,10 +212,10 @@ async def serve(
             loop.add_signal_handler(sig, _stop_on, sig, stop)
     queues = box.queues()
     log.info(
-        "boxmq serving %s (%d queue(s), fsync=%s; acknowledged messages are %s)",
+        "boxmq serving %s (%d queue(s), %s; acknowledged messages are %s)",
         box.root,
         len(queues),
-        box.fsync.value,
+        _fsync_said(box.fsync, box.fsync_interval),
         "kept in processed/" if box.options.keep_processed else "deleted (keep_processed = false)",
     )
     log.info(

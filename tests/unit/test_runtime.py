@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from boxmq.runtime import _expired_said, _processed_said
+from boxmq.runtime import _expired_said, _fsync_said, _processed_said
+from boxmq.store.commit import FsyncPolicy
 
 
 @pytest.mark.parametrize(
@@ -48,3 +49,19 @@ def test_the_expired_line_says_how_long_expired_messages_stay(
     retention: float | None, said: str
 ) -> None:
     assert _expired_said(retention) == said
+
+
+@pytest.mark.parametrize(
+    ("policy", "interval", "said"),
+    [
+        (FsyncPolicy.ALWAYS, 1.0, "fsync=always"),
+        (FsyncPolicy.NEVER, 1.0, "fsync=never"),
+        (FsyncPolicy.INTERVAL, 0.5, "fsync=interval, every 500ms"),
+    ],
+)
+def test_the_fsync_policy_is_said_with_its_interval(
+    policy: FsyncPolicy, interval: float, said: str
+) -> None:
+    """`fsync=interval` was said without how often, so the file's fsync_interval could not be
+    seen to have been taken."""
+    assert _fsync_said(policy, interval) == said

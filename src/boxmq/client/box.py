@@ -159,6 +159,11 @@ class Box:
         return self._committer.policy
 
     @property
+    def fsync_interval(self) -> float:
+        """Seconds between flushes under fsync="interval" (1 unless given; unused otherwise)."""
+        return self._committer.interval
+
+    @property
     def exactly_once(self) -> ExactlyOnceLimits:
         """The limits of the exactly-once intake (the XMPP door reads its trusted_sources)."""
         return self._exactly_once

@@ -251,6 +251,7 @@ class Committer:
         self._always = policy is FsyncPolicy.ALWAYS
         self._interval_flushes = policy is FsyncPolicy.INTERVAL
         self._interval = interval
+        self.interval = interval  # seconds between flushes under INTERVAL (said at start)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._pending = _Batch()
