@@ -162,6 +162,16 @@ def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> None:
     stop.set()
 
 
+def _usr2_said() -> None:
+    # mosquitto prints its subscription tree at SIGUSR2: sent to boxmq, whose default action
+    # it was, it stopped the broker (status 140) without a line or a DISCONNECT to a client.
+    log.info(
+        "SIGUSR2 received: nothing done (mosquitto prints its subscriptions there; here "
+        "`boxmq ls` lists the queues and subscriptions, `boxmq session ls` the sessions, "
+        "and SIGUSR1 writes every thread's stack to this log)"
+    )
+
+
 def _processed_said(keep: bool, retention: float | None) -> str:
     """What becomes of processed/ files, said at start: the sweeps apply the retention to
     every queue of the root, but with `keep` false this server's clients put nothing there
@@ -210,6 +220,8 @@ async def serve(
             continue
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, _stop_on, sig, stop)
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGUSR2, _usr2_said)
     queues = box.queues()
     log.info(
         "boxmq serving %s (%d queue(s), %s; acknowledged messages are %s)",

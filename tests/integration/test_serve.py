@@ -277,6 +277,22 @@ def test_sigusr1_logs_every_thread_s_stack_and_serving_goes_on(tmp_path: Path) -
         assert server.wait(timeout=20) == 0
 
 
+def test_sigusr2_is_told_what_to_use_and_serving_goes_on(tmp_path: Path) -> None:
+    """mosquitto prints its subscriptions at SIGUSR2: a user of it who sent one to boxmq
+    stopped the broker (the default action, status 140), with no log line and no DISCONNECT
+    to its clients (found by the operator's probe)."""
+    address, server = serve_fresh(tmp_path)
+    log = tmp_path / "serve.log"
+    with _reaped(server):
+        server.send_signal(signal.SIGUSR2)
+        until(lambda: "SIGUSR2" in log.read_text(), "no line for SIGUSR2", within=START)
+        assert "boxmq ls" in log.read_text()
+        sock, _ = open_raw(address, "after-usr2", clean=True)  # still serving
+        sock.close()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=20) == 0
+
+
 _SERVE = (sys.executable, "-m", "boxmq.cli")
 
 
