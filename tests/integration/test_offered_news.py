@@ -8,6 +8,7 @@ lock of the queue held: one that calls back into it must not wait for itself."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -305,3 +306,28 @@ def test_a_listener_that_cannot_be_called_is_refused_before_any_put_meets_it(
         message = consumer.receive(timeout=5)
         assert message is not None
         message.ack()
+
+
+def test_a_listener_that_raises_costs_its_news_not_the_put(
+    box: boxmq.Box, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A listener's bug (an exception) made each put into a queue with a consumer raise after
+    its message was stored: a producer that sent it again on the error stored it twice. The
+    put returns, the error is logged with its traceback, and the receive still gets it."""
+
+    def broken(consumers: list[str], queue: str) -> None:
+        raise RuntimeError("listener bug")
+
+    queue = box.queue("q")
+    with queue.consumer("c1") as consumer:
+        box.listen_offered(broken)
+        with caplog.at_level(logging.ERROR, logger="boxmq"):
+            queue.put(b"once")
+        assert queue.counts().ready == 1
+        assert "listener bug" in caplog.text
+        assert "a listen_offered listener failed" in caplog.text
+        message = consumer.receive(timeout=5)
+        assert message is not None
+        assert message.body == b"once"
+        message.ack()
+        box.forget_offered(broken)

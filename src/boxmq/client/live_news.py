@@ -9,12 +9,17 @@ was, where inotify watches it, needs no read (`_settled`, `_still`).
 
 from __future__ import annotations
 
+import logging
 import weakref
+from collections.abc import Callable
 
 from boxmq.client.live_state import LiveState
 from boxmq.clock import periodic_due
+from boxmq.model import ConsumerId
 from boxmq.store.layout import FolderSeen, State, folder_seen, settled_seen
 from boxmq.store.watch import Watcher, watch
+
+log = logging.getLogger("boxmq")
 
 __all__ = ["LiveNews"]
 
@@ -77,7 +82,7 @@ class LiveNews(LiveState):
             consumers = list(self._inbox)
         if consumers:
             for listener in tuple(self._listeners):
-                listener(consumers, self.queue)
+                _tell(listener, consumers, self.queue)
 
     def _watcher_open(self) -> Watcher:
         """The watcher, opened again after a rest: target/ is read again at the next look,
@@ -111,7 +116,7 @@ class LiveNews(LiveState):
         with self._mutex:
             told, self._untold = list(dict.fromkeys(self._untold)), []
         for listener in tuple(self._listeners):
-            listener(told, self.queue)
+            _tell(listener, told, self.queue)
 
     def _settled(self, state: State) -> FolderSeen | None:
         """What a state folder is (layout.settled_seen), taken before a read of it, when
@@ -175,3 +180,15 @@ class LiveNews(LiveState):
 def _until(now: float, next_at: float, interval: float) -> float:
     """The seconds from `now` to a periodic look next at `next_at`: none when it is due."""
     return 0.0 if periodic_due(now, next_at, interval) else next_at - now
+
+
+def _tell(
+    listener: Callable[[list[ConsumerId], str], object], consumers: list[ConsumerId], queue: str
+) -> None:
+    """One listener told, its bug logged and no more: a put calls it once its message is
+    stored, and an exception from it made the put raise, so that a producer that sent the
+    message again on the error stored it twice."""
+    try:
+        listener(consumers, queue)
+    except Exception:
+        log.exception("%s: a listen_offered listener failed (its news is lost)", queue)
