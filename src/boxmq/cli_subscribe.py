@@ -361,15 +361,14 @@ def _print_message(args: argparse.Namespace, message: Message) -> None:
         # which would start a line of its own); the body as it is, as mosquitto_sub -v does.
         # A chunk at a time, as --json's: decoded whole, a big body that is not UTF-8 took
         # 7.5 to 12 times itself.
-        topic = output.cell(_line_topic(args.filter, message))
+        topic = output.cell(message.topic or _topic_of_none(args.filter))
         output.out_text_with_body(f"{topic} ", message.body, flush_too=True)
 
 
-def _line_topic(subscribed: str, message: Message) -> str:
-    """The topic a `topic body` line starts with. A file a script dropped into the dropbox
-    may name none (DropboxMQ's shortest name, `4.id.T`): its line shows the filter, what the
-    MQTT door sends it on when that is a topic name (mqtt/delivery.py), and plainly no topic
-    when it has wildcards. It showed `None`, itself a topic name a publisher may use."""
-    if message.topic is not None:
-        return message.topic
+def _topic_of_none(subscribed: str) -> str:
+    """The topic a `topic body` line starts with for a message that names none: a file a
+    script dropped into the dropbox (DropboxMQ's shortest name, `4.id.T`). Its line shows the
+    filter, what the MQTT door sends it on when that is a topic name (mqtt/delivery.py), and
+    plainly no topic when it has wildcards. It showed `None`, itself a topic name a publisher
+    may use."""
     return parse_filter(subscribed).filter
