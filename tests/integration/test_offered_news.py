@@ -315,7 +315,7 @@ def test_a_listener_that_raises_costs_its_news_not_the_put(
     its message was stored: a producer that sent it again on the error stored it twice. The
     put returns, the error is logged with its traceback, and the receive still gets it."""
 
-    def broken(consumers: list[str], queue: str) -> None:
+    def broken(consumers: list[ConsumerId], queue: str) -> None:
         raise RuntimeError("listener bug")
 
     queue = box.queue("q")

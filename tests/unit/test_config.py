@@ -778,29 +778,29 @@ def test_a_file_not_in_utf8_is_one_error_naming_file_and_line(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(
-    ("text", "retention"),
-    [("", 86400.0), ('processed_retention = "forever"', None), ("processed_retention = 90", 90.0)],
+    ("key", "text", "retention"),
+    [
+        ("processed_retention", "", 86400.0),
+        ("processed_retention", 'processed_retention = "forever"', None),
+        ("processed_retention", "processed_retention = 90", 90.0),
+        # expired/ is kept forever unless the file or the flag says otherwise.
+        ("expired_retention", "", None),
+        ("expired_retention", 'expired_retention = "forever"', None),
+        ("expired_retention", 'expired_retention = "7d"', 604800.0),
+    ],
 )
-def test_processed_retention_as_serve_opens_the_root_with_it(
-    tmp_path: Path, text: str, retention: float | None
+def test_a_retention_as_serve_opens_the_root_with_it(
+    tmp_path: Path, key: str, text: str, retention: float | None
 ) -> None:
     """The file's "forever" is the Python API's None: serve's sweeps never purge."""
     config = load_config(_write(tmp_path, text + "\n"))
-    assert config.processed_retention_or_none == retention
-    assert config.override(processed_retention=60.0).processed_retention_or_none == 60.0
-
-
-@pytest.mark.parametrize(
-    ("text", "retention"),
-    [("", None), ('expired_retention = "forever"', None), ('expired_retention = "7d"', 604800.0)],
-)
-def test_expired_retention_as_serve_opens_the_root_with_it(
-    tmp_path: Path, text: str, retention: float | None
-) -> None:
-    """expired/ is kept forever unless the file or the flag says otherwise."""
-    config = load_config(_write(tmp_path, text + "\n"))
-    assert config.expired_retention_or_none == retention
-    assert config.override(expired_retention=60.0).expired_retention_or_none == 60.0
+    assert getattr(config, f"{key}_or_none") == retention
+    flagged = (
+        config.override(processed_retention=60.0)
+        if key == "processed_retention"
+        else config.override(expired_retention=60.0)
+    )
+    assert getattr(flagged, f"{key}_or_none") == 60.0
 
 
 def test_flags_win_over_the_file(tmp_path: Path) -> None:
