@@ -7,7 +7,8 @@ conditions, CLI exit messages); nothing here knows those vocabularies.
 from __future__ import annotations
 
 import errno
-from collections.abc import Mapping
+import reprlib
+from collections.abc import Iterable, Mapping
 from typing import Final, Literal, overload
 
 __all__ = [
@@ -56,6 +57,20 @@ def check_flag(what: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise InvalidArgument(f"{what} is True or False, not {value!r}")
     return value
+
+
+def check_listed(call: str, value: object, items: str, *, alone: str) -> None:
+    """An InvalidArgument unless `value`, given to the batch call `call`, is a list (any
+    iterable) of `items`. A text or bytes given alone is iterable too, item by character, and
+    a dict by its keys: unsubscribe_many("a/#", ...) ended "a", "/" and "#". `alone`: what to
+    write instead for one item."""
+    if isinstance(value, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(
+        value, Iterable
+    ):
+        raise InvalidArgument(
+            f"{call} takes a list of {items}, not {type(value).__name__}: "
+            f"{reprlib.repr(value)}; {alone}"
+        )
 
 
 @overload

@@ -261,6 +261,25 @@ def test_unsubscribe_many_of_no_list_is_refused_before_anything_ends(
     assert box.unsubscribe_many(["a/#"], "s") == [True]
 
 
+@pytest.mark.parametrize("given", ["abc", b"abc", None, 5, {"a": 1}])
+@pytest.mark.parametrize(
+    ("call", "items"),
+    [
+        ("publish_many", "publications"),
+        ("assured_many", "assured messages"),
+        ("deliver_many", "(source, msg_id) pairs"),
+    ],
+)
+def test_a_door_s_batch_call_of_no_list_is_refused_naming_what_it_takes(
+    box: boxmq.Box, call: str, items: str, given: Any
+) -> None:
+    # A str gave AttributeError ("'str' object has no attribute 'source'") or a TypeError
+    # from deep inside; None "not iterable". Nothing was stored, but nothing said why.
+    batch = getattr(box.topics if call == "publish_many" else box.intake, call)
+    with pytest.raises(boxmq.InvalidArgument, match=rf"{call} takes a list of {re.escape(items)}"):
+        batch(given)
+
+
 @pytest.mark.parametrize("durable", [True, False])
 @pytest.mark.parametrize("most", [-1, 1.5, "3", True])
 def test_receive_ready_takes_none_or_a_count_of_zero_or_more(

@@ -57,6 +57,7 @@ from boxmq.errors import (
     MetadataTooLong,
     TargetMissing,
     check_flag,
+    check_listed,
     naming,
 )
 from boxmq.ids import IdFactory
@@ -266,6 +267,7 @@ class AssuredIntake:
         `assured` would return for it or the error it would raise (nothing of that one
         stored). One commit instead of one each: a publisher's window of QoS 2 messages.
         reserved: as for `assured_one`, a door's messages."""
+        check_listed("assured_many", messages, "assured messages", alone="use assured_many([it])")
         outcomes: list[Outcome] = []
         with self._lock:
             self._restore()
@@ -440,6 +442,9 @@ class AssuredIntake:
         retain flag) replaces the topic's retained message as it is sent, unless
         `superseded` (its sender knows a later one is in place); a crash after its marker
         does both at the restart (Topics.send_files)."""
+        check_listed(
+            "deliver_many", keys, "(source, msg_id) pairs", alone="use deliver_many([(source, id)])"
+        )
         check_flag("remember", remember)
         check_flag("must_exist", must_exist)
         check_flag("superseded", superseded)

@@ -34,7 +34,7 @@ from boxmq.clock import Clock
 from boxmq.core import Destination, QoS, validate_topic
 from boxmq.core.durations import check_seconds
 from boxmq.core.topics import refuse_sys
-from boxmq.errors import InvalidArgument, MetadataTooLong, check_flag, naming
+from boxmq.errors import InvalidArgument, MetadataTooLong, check_flag, check_listed, naming
 from boxmq.ids import IdFactory
 from boxmq.model import (
     DEFAULT_PRIORITY,
@@ -586,6 +586,7 @@ class Publisher:
 
         Every message is checked before anything is written, so a bad one fails the batch
         and leaves nothing behind. reserved: as for `publish`, a door's messages."""
+        check_listed("publish_many", messages, "publications", alone="use publish_many([it])")
         planned, staged = self._stage_many(messages, reserved)
         moves = [move for move in staged if move is not None]
         if moves:
@@ -617,6 +618,9 @@ class Publisher:
         them in target/ from then on anyway). A consumer may thus have a message before its
         producer's acknowledgement; a crash of the machine in between may lose the rename,
         and the producer, never told, sends it again: at least once still holds."""
+        check_listed(
+            "publish_many_then", messages, "publications", alone="use publish_many_then([it], ...)"
+        )
         planned, staged = self._stage_many(messages, reserved)
         moves = [move for move in staged if move is not None]
         handed_over = False

@@ -49,6 +49,7 @@ from boxmq.errors import (
     InvalidName,
     QueueNotFound,
     check_flag,
+    check_listed,
     store_failure,
 )
 from boxmq.ids import IdFactory
@@ -498,7 +499,12 @@ class Topics(Publisher):
         """`unsubscribe` of each of `filters`, told to the other processes together
         (`ending_together`): whether each was a subscription. The first failure is raised,
         the filters before it unsubscribed."""
-        _check_filters_listed(filters)
+        check_listed(
+            "unsubscribe_many",
+            filters,
+            "filters",
+            alone="use unsubscribe(filter, subscriber), or unsubscribe_many([filter], ...)",
+        )
         with self.ending_together():
             return [self.unsubscribe(filter, subscriber) for filter in filters]
 
@@ -993,19 +999,6 @@ class _EndingTogether:
 
 _WILDCARDS = frozenset("+#")  # a filter without them is a topic name: one retained file
 _SUBSCRIBER = "subscriber name"  # what a refused one is called: a subscriber's, not a consumer's
-
-
-def _check_filters_listed(filters: object) -> None:
-    """InvalidArgument unless `filters` is a list (any iterable) of filters. One filter given
-    alone is iterable too: unsubscribe_many("a/#", ...) ended "a", "/" and "#", a subscriber's
-    "#" with what it had collected; a dict ended its keys. put_many refuses one body so."""
-    if isinstance(filters, (str, bytes, bytearray, memoryview, Mapping)) or not isinstance(
-        filters, Iterable
-    ):
-        raise InvalidArgument(
-            f"unsubscribe_many takes a list of filters, not {type(filters).__name__}: "
-            f"{filters!r}; use unsubscribe(filter, subscriber), or unsubscribe_many([filter], ...)"
-        )
 
 
 def _no_str(subscriber: object) -> str:
