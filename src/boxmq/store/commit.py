@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from boxmq.core.durations import spelled
 from boxmq.errors import Closed, RecurringFailure, store_failure
 from boxmq.forks import renew_in_children
 from boxmq.model import cheap_init
@@ -250,7 +251,6 @@ class Committer:
         # Read per put: an Enum member's lookup costs ~860 instructions on Python 3.11.
         self._always = policy is FsyncPolicy.ALWAYS
         self._interval_flushes = policy is FsyncPolicy.INTERVAL
-        self._interval = interval
         self.interval = interval  # seconds between flushes under INTERVAL (said at start)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -461,7 +461,7 @@ class Committer:
         failing = RecurringFailure()
         while True:
             with self._lock:
-                self._wake.wait(self._interval)
+                self._wake.wait(self.interval)
                 closed = self.closed
             self._flush_at_interval(failing)
             if closed:
@@ -477,10 +477,10 @@ class Committer:
         except OSError as error:
             if failing.news(error):
                 log.error(
-                    "%s: the flush every %gs (fsync interval) failed, tried again at each "
+                    "%s: the flush every %s (fsync interval) failed, tried again at each "
                     "(puts meanwhile are on disk only as far as the kernel wrote them): %s",
                     self._root,
-                    self._interval,
+                    spelled(self.interval),
                     store_failure(error),
                 )
             return
