@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from boxmq.core.durations import spelled
 from boxmq.errors import Closed, RecurringFailure, store_failure
 from boxmq.forks import renew_in_children
 from boxmq.model import cheap_init
@@ -477,10 +476,10 @@ class Committer:
         except OSError as error:
             if failing.news(error):
                 log.error(
-                    "%s: the flush every %s (fsync interval) failed, tried again at each "
+                    "%s: the flush every %gs (fsync interval) failed, tried again at each "
                     "(puts meanwhile are on disk only as far as the kernel wrote them): %s",
                     self._root,
-                    spelled(self.interval),
+                    self.interval,
                     store_failure(error),
                 )
             return
