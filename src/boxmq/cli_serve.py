@@ -224,6 +224,7 @@ def security_warnings(mqtt: MqttSettings | None) -> list[str]:
         authorizer.users or any("%u" in rule.filter for rule in authorizer.patterns)
     )
     warnings = _literal_placeholders(authorizer) if isinstance(authorizer, Acl) else []
+    warnings += _response_information_literals(mqtt.response_information)
     # A listener with identity_as_username takes the user name from the client certificate,
     # checked by its CA, not from the password file: its clients are neither unchecked
     # claims nor names the password file must hold.
@@ -329,6 +330,27 @@ def _literal_placeholders(acl: Acl) -> list[str]:
         f"`pattern {rule.access.value} {rule.filter}` if that was meant"
         for rule in sorted(rules, key=lambda rule: rule.line)
         if "%u" in rule.filter or "%c" in rule.filter
+    ]
+
+
+def _response_information_literals(template: str | None) -> list[str]:
+    """`response_information` holding a % sequence other than %c and %u (`reply/%C/`): it is
+    told to clients as it is, so with no placeholder left every client gets the same basis
+    for its response topics, and may subscribe to the others' answers."""
+    if template is None:
+        return []
+    odd = sorted({found for found in re.findall(r"%.?", template) if found not in ("%c", "%u")})
+    if not odd:
+        return []
+    same = "%c" not in template and "%u" not in template
+    return [
+        f"response_information {template!r} holds {', '.join(odd)}, which is taken as it is: "
+        "only %c (client id) and %u (user name) are filled in"
+        + (
+            ", so every client is told the same response topics and may read the others' answers"
+            if same
+            else ""
+        )
     ]
 
 

@@ -908,6 +908,35 @@ def test_a_tls_key_other_users_may_read_is_warned_of_once_with_its_chmod(tmp_pat
     assert security_warnings(plain) == []
 
 
+@pytest.mark.parametrize(
+    ("template", "warned"),
+    [
+        ("reply/%c/", None),
+        ("reply/%u/%c/", None),
+        ("replies/", None),
+        (
+            "reply/%C/",
+            "response_information 'reply/%C/' holds %C, which is taken as it is: only %c "
+            "(client id) and %u (user name) are filled in, so every client is told the same "
+            "response topics and may read the others' answers",
+        ),
+        ("reply/%c/%x", "holds %x, which is taken as it is: only %c"),
+    ],
+)
+def test_a_response_information_placeholder_that_is_none_is_warned_of(
+    tmp_path: Path, template: str, warned: str | None
+) -> None:
+    """`reply/%C/` (a capital) was told to every client as it is, the same topic for all, with
+    no word at start."""
+    path = _write(tmp_path, f"[mqtt]\nresponse_information = {template!r}\n")
+    warnings = [w for w in security_warnings(load_config(path).mqtt) if "response_inf" in w]
+    if warned is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1
+        assert warned in warnings[0]
+
+
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
 def test_a_tls_error_names_the_key_of_the_file_at_fault(tmp_path: Path) -> None:
     for name in ("a", "b"):
