@@ -40,6 +40,7 @@ from boxmq.errors import (
     QueueNotFound,
     TargetMissing,
     check_count,
+    check_listed,
 )
 from boxmq.ids import IdFactory
 from boxmq.model import (
@@ -290,11 +291,8 @@ class Queue:
                 f"put_many takes a list of messages, not one body ({type(messages).__name__}): "
                 "use put(body), or put_many([body])"
             )
-        if isinstance(messages, Mapping) or not isinstance(messages, Iterable):
-            # None or 5 failed as "not iterable", and a dict put its keys as messages.
-            raise InvalidArgument(
-                f"put_many takes a list of messages, not {type(messages).__name__}: {messages!r}"
-            )
+        # None or 5 failed as "not iterable", and a dict put its keys as messages.
+        check_listed("put_many", messages, "messages", alone="use put_many([message, ...])")
         moves, sent, ids = [], [], []
         placed: list[Placed | None] = []  # each message's side file (client/spill.py)
         try:
@@ -728,14 +726,13 @@ def _name_and_lock(name: str, state: State) -> tuple[str, Lock | None]:
     return split_lock(name) if state is State.PROCESSING else (name, None)
 
 
-def _states_listed(states: object) -> list[State]:
+def _states_listed(states: Iterable[State | str]) -> list[State]:
     """`find`'s states, each a State or its folder's name; InvalidArgument for one state given
     alone, which `peek`'s state= takes: "target" was read a character at a time ("no state
     't'"), and State.TARGET raised TypeError, not being iterable."""
-    if isinstance(states, (str, State)) or not isinstance(states, Iterable):
-        raise InvalidArgument(
-            f"states takes a list of states, such as ['target', 'error'], not {states!r}"
-        )
+    check_listed(
+        "states", states, "states, such as ['target', 'error']", alone="use states=[state]"
+    )
     return [state_of(state) for state in states]
 
 
