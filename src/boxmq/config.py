@@ -175,12 +175,12 @@ class ServeConfig:
     @property
     def processed_retention_or_none(self) -> float | None:
         """`processed_retention` as `boxmq.open` takes it: None for forever."""
-        return None if math.isinf(self.processed_retention) else self.processed_retention
+        return _none_for_forever(self.processed_retention)
 
     @property
     def expired_retention_or_none(self) -> float | None:
         """`expired_retention` as `boxmq.open` takes it: None for forever."""
-        return None if math.isinf(self.expired_retention) else self.expired_retention
+        return _none_for_forever(self.expired_retention)
 
     @property
     def logging_level(self) -> int:
@@ -245,6 +245,11 @@ def load_config(
 ) -> ServeConfig:
     """Read and check the file, and the password, ACL and TLS files it names."""
     return _load(Path(path), defaults or ServeConfig(), read_files=True)
+
+
+def _none_for_forever(seconds: float) -> float | None:
+    """A retention as the file keeps it (math.inf for "forever") as `boxmq.open` takes it."""
+    return None if math.isinf(seconds) else seconds
 
 
 def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:

@@ -317,17 +317,17 @@ class Table:
             raise self.error(unknown[0], f"unknown key: did you mean {meant}{there}?")
         # A key of another table: TOML puts every key under the last [table] header above
         # it, so a top-level key written below [mqtt] is mqtt's.
-        where = "this table" if self._path else "the top of the file"
-        raise self.error(unknown[0], f"not a key of {where}: it goes {home}")
+        raise self.error(unknown[0], f"not a key of {self._where}: it goes {home}")
+
+    @property
+    def _where(self) -> str:
+        return "this table" if self._path else "the top of the file"
 
     def _keys_here(self) -> str:
         """The keys this table takes, for a key that is no misspelling of any: by the time
         `finish` runs, every key the table knows has been asked for, so `_used` holds them."""
-        where = "this table" if self._path else "the top of the file"
         known = sorted(self._used - set(self._foreign))
-        if not known:
-            return f"{where} takes no keys"
-        return f"{where} takes {', '.join(known)}"
+        return f"{self._where} takes {', '.join(known) if known else 'no keys'}"
 
 
 # What a boolean written as a string means: TOML's own words quoted, and other formats'
