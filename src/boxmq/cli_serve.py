@@ -28,7 +28,7 @@ from boxmq.cli_args import Default
 from boxmq.config import ServeConfig, load_config
 from boxmq.core import ExactlyOnceLimits
 from boxmq.errors import InvalidArgument
-from boxmq.mqtt.acl import Acl
+from boxmq.mqtt.acl import PLACEHOLDERS, Acl
 from boxmq.mqtt.passwords import PasswordFile
 from boxmq.mqtt.settings import Listener, MqttSettings, host_port
 
@@ -329,7 +329,7 @@ def _literal_placeholders(acl: Acl) -> list[str]:
         "literally: only `pattern` lines fill in %u (user name) and %c (client id); write "
         f"`pattern {rule.access.value} {rule.filter}` if that was meant"
         for rule in sorted(rules, key=lambda rule: rule.line)
-        if "%u" in rule.filter or "%c" in rule.filter
+        if any(placeholder in rule.filter for placeholder in PLACEHOLDERS)
     ]
 
 
@@ -339,10 +339,10 @@ def _response_information_literals(template: str | None) -> list[str]:
     for its response topics, and may subscribe to the others' answers."""
     if template is None:
         return []
-    odd = sorted({found for found in re.findall(r"%.?", template) if found not in ("%c", "%u")})
+    odd = sorted({found for found in re.findall(r"%.?", template) if found not in PLACEHOLDERS})
     if not odd:
         return []
-    same = "%c" not in template and "%u" not in template
+    same = not any(placeholder in template for placeholder in PLACEHOLDERS)
     return [
         f"response_information {template!r} holds {', '.join(odd)}, which is taken as it is: "
         "only %c (client id) and %u (user name) are filled in"

@@ -38,11 +38,12 @@ from boxmq.core.topics import SHARE_PREFIX, matches, parse_filter, validate_filt
 from boxmq.errors import InvalidArgument, InvalidTopic
 from boxmq.mqtt.passwords import ReadAtStart, entry_user
 
-__all__ = ["Access", "Acl", "Rule", "substitute"]
+__all__ = ["PLACEHOLDERS", "Access", "Acl", "Rule", "substitute"]
 
-_PLACEHOLDERS: Final = ("%u", "%c")
+# What `substitute` fills in: the user name and the client id.
+PLACEHOLDERS: Final = ("%u", "%c")
 _UNSAFE_IN_VALUE: Final = ("+", "#", "/")
-_PLACEHOLDER: Final = re.compile("|".join(_PLACEHOLDERS))
+_PLACEHOLDER: Final = re.compile("|".join(PLACEHOLDERS))
 _DECISIONS_KEPT: Final = 65_536
 # A decision whose topic, client id and user name are longer together is taken afresh each
 # time, not kept: 65,536 of 65,535-byte topics were 4.3 GB a client could fill (as routes.py).
@@ -281,7 +282,7 @@ def substitute(template: str, username: str | None, client_id: str) -> str | Non
     template does not (client id `$SYS` and `%c/#`: the server's own topics, MQTT 5.0 §4.7.2,
     which only a rule written so may give)."""
     values = {"%u": username, "%c": client_id}
-    needed = [values[p] for p in _PLACEHOLDERS if p in template]
+    needed = [values[p] for p in PLACEHOLDERS if p in template]
     if any(not value or any(c in value for c in _UNSAFE_IN_VALUE) for value in needed):
         return None
     # One pass, so that a user name holding "%c" is not substituted again.
