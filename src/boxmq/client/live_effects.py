@@ -86,17 +86,15 @@ class LiveEffects(HeldLocks):
                 lost = (
                     self._claim(effect) if type(effect) is Claim else self._apply(effect)
                 ) or lost
-        except OSError:
-            done = next(index for index, each in enumerate(effects) if each is effect)
-            self._unclaim(effects[done:])
-            raise
-        except (KeyboardInterrupt, SystemExit):  # a signal's, raised at any bytecode of it
+        except (OSError, KeyboardInterrupt, SystemExit) as error:
             cut = next((i for i, each in enumerate(effects) if each is effect), None)
-            if cut is None:  # before the first
+            if cut is None:  # a signal's, before the first
                 self._unclaim(effects)
-                raise
-            self._claim_as_on_disk(effects[cut])
-            self._unclaim(effects[cut + 1 :])
+            elif isinstance(error, OSError):  # the disk refused this effect's move
+                self._unclaim(effects[cut:])
+            else:  # a signal's, raised at any bytecode of this effect
+                self._claim_as_on_disk(effects[cut])
+                self._unclaim(effects[cut + 1 :])
             raise
         finally:
             if self._expired:  # said once for the batch, as `get` says it
