@@ -726,13 +726,15 @@ def _name_and_lock(name: str, state: State) -> tuple[str, Lock | None]:
     return split_lock(name) if state is State.PROCESSING else (name, None)
 
 
-def _states_listed(states: Iterable[State | str]) -> list[State]:
+def _states_listed(states: object) -> list[State]:
     """`find`'s states, each a State or its folder's name; InvalidArgument for one state given
     alone, which `peek`'s state= takes: "target" was read a character at a time ("no state
     't'"), and State.TARGET raised TypeError, not being iterable."""
-    check_listed(
-        "states", states, "states, such as ['target', 'error']", alone="use states=[state]"
-    )
+    # Not check_listed: a dict of states (the CLI's, by state) gives its keys, as before.
+    if isinstance(states, (str, State)) or not isinstance(states, Iterable):
+        raise InvalidArgument(
+            f"states takes a list of states, such as ['target', 'error'], not {states!r}"
+        )
     return [state_of(state) for state in states]
 
 
