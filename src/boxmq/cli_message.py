@@ -240,14 +240,7 @@ def settle(verb: str) -> Callable[[argparse.Namespace, Box], int]:
                 f"(`{peek}` shows which; --consumer NAME settles as that one)",
             ) from None
         except Forbidden:
-            # Ready, or its lock ended: nobody holds it, and XEP-0254's "did not receive"
-            # alone left a user wondering what to do (`ack` of an id `put` printed).
-            get = cli_dropbox.command_line(args, "get")
-            raise Forbidden(
-                args.id,
-                f"{args.consumer!r} did not receive this message, which no consumer holds "
-                f"(`{get}` locks the next ready message and prints its id)",
-            ) from None
+            raise Forbidden(args.id, _not_received(args, queue)) from None
         except UnexpectedRequest as error:
             # Its lock is gone (it ended, or its holder left): XEP-0254's words alone said
             # nothing of the message, which goes to a consumer again, nor what to do next.
@@ -269,6 +262,37 @@ def settle(verb: str) -> Callable[[argparse.Namespace, Box], int]:
         return 0
 
     return run
+
+
+def _not_received(args: argparse.Namespace, queue: Queue) -> str:
+    """What a settle refused Forbidden says. Ready, or its lock ended: nobody holds it, and
+    XEP-0254's "did not receive" alone left a user wondering what to do (`ack` of an id `put`
+    printed). Claimed by a consumer outside boxmq (DropboxMQ's, a script's: a rename into
+    processing/ with no lock suffix), it is held all the same: `ls` counts it locked and
+    `get` cannot take it, so "no consumer holds" and a `get` to run were both wrong."""
+    refused = f"{args.consumer!r} did not receive this message"
+    if _claimed_outside_boxmq(args, queue):
+        return (
+            f"{refused}, which a consumer outside boxmq holds (a script's or DropboxMQ's: its "
+            "file is in processing/ with no lock in its name): it settles it, or a sweep gives "
+            "it back to target/ 5 minutes after its claim"
+        )
+    get = cli_dropbox.command_line(args, "get")
+    return (
+        f"{refused}, which no consumer holds (`{get}` locks the next ready message and prints "
+        "its id)"
+    )
+
+
+def _claimed_outside_boxmq(args: argparse.Namespace, queue: Queue) -> bool:
+    """`args.id` is in processing/ under a name with no lock suffix. Looked for only once
+    refused, as `_settled_already` looks, so a settle that succeeds reads no folder more."""
+    try:
+        found = queue.find(args.id, states=(State.PROCESSING,))
+    except BoxMQError:
+        return False  # its queue was deleted meanwhile: the refusal says what it said
+    # A lock whose deadline passed still names its holder; only a foreign claim names none.
+    return found is not None and found.holder is None
 
 
 # Where a settled message may be, and what a refusal says of it there: "no such message"

@@ -636,6 +636,32 @@ def test_a_settle_of_a_message_nobody_holds_says_get_locks_it(
     assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1  # left as it was
 
 
+def test_a_settle_of_a_message_a_dropboxmq_consumer_claimed_says_who_has_it(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A DropboxMQ consumer (a script) claims by moving the file into processing/ under its
+    own name. `ls` counts it LOCKED and `get` cannot take it, so the refusal said what is
+    false, "which no consumer holds", and sent the user to a `boxmq get` that finds nothing."""
+    data = ["--data", str(root), "--fsync", "never"]
+    assert cli.main([*data, "put", "night jobs", "x"]) == 0
+    message_id = capsys.readouterr().out.strip()
+    (name,) = os.listdir(root / "night%20jobs" / "target")
+    subprocess.run(
+        ["mv", f"night%20jobs/target/{name}", f"night%20jobs/processing/{name}"],
+        cwd=root,
+        check=True,
+    )
+    for verb in ("ack", "unlock", "reject", "extend"):
+        assert cli.main([*data, verb, "night jobs", message_id]) == 1
+        assert capsys.readouterr().err == (
+            f"boxmq {verb}: {message_id}: 'cli' did not receive this message, which a "
+            "consumer outside boxmq holds (a script's or DropboxMQ's: its file is in "
+            "processing/ with no lock in its name): it settles it, or a sweep gives it back "
+            "to target/ 5 minutes after its claim\n"
+        )
+    assert os.listdir(root / "night%20jobs" / "processing") == [name]  # left as it was
+
+
 def test_a_settle_after_the_lock_ended_says_the_message_goes_again_and_get_locks_it(
     root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
