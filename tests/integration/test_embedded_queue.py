@@ -296,6 +296,32 @@ def test_a_paused_consumer_gives_back_what_it_has_not_received_as_it_was(
         assert third.body == b"m2"
 
 
+def test_a_lowered_max_in_flight_gives_back_what_is_over_it_and_not_received_as_it_was(
+    box: boxmq.Box, root: Path
+) -> None:
+    """XEP-0254 §2.1: queue_requests caps what a subscriber holds. Lowered with set_limits,
+    a consumer kept what was locked ahead for it under the old limit, never received: it held
+    four with a limit of one, and the consumer of another process waited for those messages
+    until their locks timed out (30 s)."""
+    jobs = box.queue("jobs")
+    jobs.put_many([f"m{n}" for n in range(4)])
+    with jobs.consumer("a", max_in_flight=4) as a:
+        first = a.receive(timeout=5)
+        assert first is not None
+        assert a.holding() == 4  # `first`, and three locked ahead for it
+        a.set_limits(max_in_flight=1, lock_timeout=30)
+        assert a.holding() == 1
+        assert len(files(root, "jobs", "target")) == 3  # back at once, for the others
+        with (
+            boxmq.open(root, fsync="never") as other,
+            other.queue("jobs").consumer("b", max_in_flight=3) as b,
+        ):
+            given_back = [b.receive(timeout=5) for _ in range(3)]
+            assert [m.text() if m else None for m in given_back] == ["m1", "m2", "m3"]
+            assert [m.delivery_count for m in given_back if m] == [1, 1, 1]  # as they were
+        first.ack()  # still its own
+
+
 def test_a_put_the_watcher_told_of_first_comes_back_to_a_consumer_after_a_give_back(
     box: boxmq.Box, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 import pytest
-from harness.prosody import PS, SERVICE, Client, Prosody, QosRequests, clients, first_to_hear
+from harness.prosody import (
+    PS,
+    SERVICE,
+    TIMEOUT,
+    Client,
+    Prosody,
+    QosRequests,
+    clients,
+    first_to_hear,
+)
 from slixmpp.exceptions import IqError
 from slixmpp.plugins.xep_0004.stanza import Form
 from slixmpp.xmlstream.handler import Callback
@@ -380,6 +392,41 @@ def test_a_lock_that_times_out_goes_to_the_next_subscriber(
             assert (await bob.next_event()).item == item
             late = await alice.retract(item)
             assert late.find(f".//{UNEXPECTED}") is not None
+
+    run(scenario())
+
+
+def test_a_lock_extended_by_id_from_another_process_holds_for_its_subscriber(
+    prosody: Prosody, box: boxmq.Box
+) -> None:
+    # docs/cli.md: `boxmq extend` pushes a lock's deadline for a consumer holding it in a
+    # running process too. The door timed its subscribers' locks by the deadline it had sent
+    # each item with: there it told the holder the item was unlocked and gave it to the next
+    # subscriber, though the extend had answered `extend: ID`.
+    async def scenario() -> None:
+        async with (
+            component(prosody, box, lock_timeout=6),
+            clients(prosody, "alice", "bob", "carol") as users,
+        ):
+            alice, bob, carol = users
+            await alice.subscribe(1)
+            item = await carol.publish("<job xmlns='urn:example'>long</job>")
+            assert (await alice.next_event()).item == item
+            [locked] = box.queue("jobs").peek(state="processing")
+            assert locked.lock_deadline is not None
+            extend = [sys.executable, "-m", "boxmq", "--data", str(box.root), "extend", "jobs"]
+            extend += [item, "--consumer", str(locked.holder), "--by", "60s"]
+            done = await asyncio.to_thread(
+                subprocess.run, extend, capture_output=True, text=True, timeout=TIMEOUT
+            )
+            assert done.returncode == 0, done.stderr
+            assert time.time() < locked.lock_deadline, "the extend came too late to tell"
+            await bob.subscribe(1)
+            await asyncio.sleep(locked.lock_deadline + 1.5 - time.time())  # past the first
+            assert alice.events.empty()  # no unlock notification
+            assert bob.events.empty()  # nor the item
+            assert (await alice.retract(item)).get("type") == "result"  # still alice's lock
+            assert (await alice.next_event()).what == "retract"
 
     run(scenario())
 

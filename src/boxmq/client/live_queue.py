@@ -72,14 +72,23 @@ class LiveQueue(Outliving):
                 self._adopt(consumer)
 
     def set_limits(self, consumer: ConsumerId, *, max_in_flight: int, lock_timeout: float) -> None:
-        """New limits for an attached consumer: more room is used at its next receive."""
+        """New limits for an attached consumer: more room is used at its next receive. Less
+        room gives back at once, as `pause` does, what was claimed for it beyond the new
+        limit and not received: kept, it was held from the other consumers (those of other
+        processes too) until its locks timed out, the consumer holding more than its
+        queue_requests (XEP-0254 §2.1)."""
         with self._mutex:
-            if consumer not in self._inbox:
+            inbox = self._inbox.get(consumer)
+            if inbox is None:
                 raise self._closed_error(consumer)
             self._engine.add_consumer(
                 consumer, max_in_flight=max_in_flight, lock_timeout=lock_timeout
             )
+            given_back = self._give_back_over(consumer, inbox, max_in_flight)
+            self._apply_all(given_back)
             self._cond.notify_all()
+        if given_back:
+            self.tell()  # to the other consumers, whose receives they go to now
 
     def pause(self, consumer: ConsumerId, *, keep_claimed: bool = False) -> None:
         """Nothing more for `consumer` until `resume`: the messages claimed for it and not
@@ -207,13 +216,35 @@ class LiveQueue(Outliving):
 
     def _give_back(self, consumer: ConsumerId, inbox: deque[MessageId]) -> list[Effect]:
         """The claims in `inbox` still leased to `consumer` (none timed out) that it never
-        received, handed back: not those `_adopt` took back, which it did."""
-        unreceived = [
+        received, handed back."""
+        return [
+            self._engine.give_back(m, consumer) for m in self._claims_not_received(consumer, inbox)
+        ]
+
+    def _give_back_over(
+        self, consumer: ConsumerId, inbox: deque[MessageId], max_in_flight: int
+    ) -> list[Effect]:
+        """`_give_back` of as many of the claims in `inbox` as `consumer` holds over
+        `max_in_flight`, the latest first: the earliest keep their turn, in their order. What
+        it received stays its own, to settle, even over the limit."""
+        over = len(self._engine.leases_of(consumer)) - max_in_flight
+        if over <= 0:
+            return []
+        surplus = self._claims_not_received(consumer, inbox)[-over:]
+        for message_id in surplus:
+            inbox.remove(message_id)
+        return [self._engine.give_back(m, consumer) for m in surplus]
+
+    def _claims_not_received(
+        self, consumer: ConsumerId, inbox: deque[MessageId]
+    ) -> list[MessageId]:
+        """The claims in `inbox` still leased to `consumer` (none timed out) that it never
+        received: not those `_adopt` took back, which it did."""
+        return [
             m
             for m in inbox
             if m not in self._adopted and _holder(self._engine.lease(m)) == consumer
         ]
-        return [self._engine.give_back(m, consumer) for m in unreceived]
 
     def receive(self, consumer: ConsumerId, timeout: float | None) -> Message | None:
         # The timeout is how long the caller waits: wall time, not the box's clock, which a

@@ -20,6 +20,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 from typing import Final
 from xml.etree.ElementTree import Element
@@ -554,6 +555,9 @@ class QueueService:
         # their topic nodes' ends told to the other processes once, not once per node.
         silent: dict[Subscription, None] = {}
         for subscription, message in self._subscriptions.timed_out(now):
+            if (extended := self._extended_elsewhere(subscription, message, now)) is not None:
+                self._subscriptions.hold(subscription, extended)
+                continue
             self._reliable.cancel(subscription.jid, msg_id_of(subscription.node, message.id))
             _quietly(message.unlock)  # the engine may have released it already
             self._notify_unlock(subscription, message.id)
@@ -563,6 +567,28 @@ class QueueService:
             for subscription in silent:
                 self._drop_silent(subscription)
             self._reliable.retry(now)  # its give-ups count as silences too (_undeliverable)
+
+    def _extended_elsewhere(
+        self, subscription: Subscription, message: Message, now: float
+    ) -> Message | None:
+        """`message`, held until the later deadline its file's name says, when an extend by id
+        from another process (`boxmq extend`) pushed its lock past `now`: that holds for a
+        consumer of a running process too (docs/cli.md), this door's subscribers included,
+        whose timer knew only the deadline the item was sent with. None: the lock ends now
+        (and when the file cannot be looked at: the deadline the door knows stands)."""
+        try:
+            if self._is_queue(subscription.node):
+                dropbox = self._queue(subscription.node)
+            else:
+                dropbox = self._box.subscription(f"{SHARE_PREFIX}{SHARE_GROUP}/{subscription.node}")
+            found = dropbox.find(message.id, states=[State.PROCESSING])
+        except (BoxMQError, OSError):
+            return None
+        if found is None or found.holder != message.consumer or found.lock_deadline is None:
+            return None
+        if found.lock_deadline <= now:
+            return None
+        return replace(message, lock_deadline=found.lock_deadline)
 
     def _silent(self, subscription: Subscription, message: Message, now: float) -> bool:
         """One more silence of `subscription`, whose `message` was given back unanswered at
