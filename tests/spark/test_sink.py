@@ -14,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import expr, udf
 from pyspark.sql.streaming.query import StreamingQuery
+from tests.integration.test_cli import ok
 from tests.waiting import waited
 
 import boxmq
@@ -395,3 +396,38 @@ def test_a_string_column_that_is_not_utf8_fails_the_write_naming_it(
             "append"
         ).save()
     assert _ready(root, "out") == []
+
+
+def test_a_row_that_fails_every_replay_is_rejected_by_hand_and_the_restart_reads_the_rest(
+    spark: SparkSession, root: str, tmp_path: Path, finish: Finish
+) -> None:
+    """A row the query cannot write fails its batch, and every replay of it: a replay reads what
+    the plan numbered, and a claim's delivery count does not grow (no max_deliveries sends it to
+    error/). docs/spark.md's way out: `boxmq reject` of that claim, under the holder `boxmq peek`
+    shows; the restart then reads the batch's other messages, once."""
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("in").put_many([b"ok1", b"bad\xff", b"ok2"])
+
+    def run() -> StreamingQuery:
+        stream = spark.readStream.format("boxmq").option("root", root).option("queue", "in")
+        return finish(
+            stream.load()
+            .selectExpr("CAST(body AS STRING) AS body")  # the bad row's bytes stay as they are
+            .writeStream.format("boxmq")
+            .option("root", root)
+            .option("queue", "out")
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    for _ in range(2):  # the run, then its restart: the same batch fails again
+        with pytest.raises(Exception, match="column 'body' holds text that is not UTF-8"):
+            run()
+    claims = json.loads(ok(Path(root), "--json", "peek", "in", "--state", "processing"))
+    assert [claim["deliveries"] for claim in claims] == [1, 1, 1]
+    [bad] = [claim for claim in claims if claim["bytes"] == len(b"bad\xff")]
+    ok(Path(root), "reject", "in", bad["id"], "--consumer", bad["locked-by"])
+    run()
+    assert _bodies(root, "out") == ["ok1", "ok2"]
+    assert _ready(root, "in") == []

@@ -6,6 +6,9 @@ import base64
 import datetime
 import os
 import shutil
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
+from tests.spark.jvm import JVM_OPTIONS
 
 import boxmq
 import boxmq.spark
@@ -228,6 +232,36 @@ def test_the_stream_reads_by_priority_in_batches_and_acknowledges_everything(
     # Spark never commits the last batch; the source acknowledges it when asked for more.
     assert (_count(root, "q", "target"), _count(root, "q", "processing")) == (0, 0)
     assert _count(root, "q", "processed") == 25
+
+
+def test_the_drivers_log_says_how_many_messages_expired_before_the_stream_took_them(
+    root: str, tmp_path: Path
+) -> None:
+    # Put a minute ago, for a second: expired whenever the driver gets to it.
+    with boxmq.open(root, fsync="never", clock=ManualClock(time.time() - 60)) as box:
+        box.queue("in").put("stale", expires_in=1)
+        box.queue("in").put("fresh")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("log_driver.py")),
+            root,
+            str(tmp_path / "chk"),
+            JVM_OPTIONS,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (_count(root, "in", "expired"), _count(root, "out", "target")) == (1, 1)
+    # Where Spark's own lines go, without the script configuring any logging.
+    queue = os.path.realpath(queue_path(root, "in"))
+    said = (
+        f"INFO boxmq: {queue}: 1 message(s) expired before a consumer took them: moved to expired/"
+    )
+    assert said in done.stderr, done.stderr[-3000:]
 
 
 def test_a_byte_budget_bounds_each_batch_and_with_a_row_budget_the_first_reached_does(

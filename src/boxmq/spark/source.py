@@ -9,6 +9,7 @@ disk (claims.py): nothing is lost when the runner is killed with the whole drive
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -177,6 +178,28 @@ def _what(reads: Mapping[str, Any]) -> str:
     return f"{kind} {reads.get(kind)!r} as consumer {reads.get('consumer')!r}"
 
 
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # as the CLI's
+
+
+def _say_on_the_drivers_stderr() -> None:
+    """Let this process's boxmq log records reach its standard error, from INFO on.
+
+    The stream's offset methods run in a Python process Spark starts, whose standard error is
+    the driver's but whose logging nobody configures: the user's script configures its own
+    process, not this one. Left so, the INFO line saying how many messages expired unread
+    (lifecycle.tell_expired, which every reader of a queue logs) was dropped, and the errors
+    came out bare through Python's last resort. A process whose logging is set up keeps its own.
+    """
+    boxmq_log = logging.getLogger("boxmq")
+    if boxmq_log.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()  # sys.stderr
+    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    boxmq_log.addHandler(handler)
+    if boxmq_log.level == logging.NOTSET:
+        boxmq_log.setLevel(logging.INFO)
+
+
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches are ranges of claim numbers; see claims.py for the invariants."""
 
@@ -204,6 +227,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _book(self) -> Claims:
         if self._claims is None:
+            _say_on_the_drivers_stderr()
             self._claims = Claims(
                 self._options.root,
                 self._dropbox,
