@@ -265,12 +265,15 @@ def _without_usages(text: str) -> str:
 
 def _command_rows() -> dict[str, str]:
     """cli.md's text about each command: the rows of its table that start with it (serve
-    has two, the second `serve … --xmpp-component NAME ...`), and for the options before
-    any command ("") the text above the table."""
+    has two, the second `serve … --xmpp-component NAME ...`) and its section below the
+    table (a heading `put` in code), and for the options before any command ("") the text above the
+    table."""
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     rows = {"": text.partition("\n| command |")[0]}
     for row in re.findall(r"^\| `([a-z]+)\b(.*)$", text, re.M):
         rows[row[0]] = rows.get(row[0], "") + row[1] + "\n"
+    for name, section in re.findall(r"^### `([a-z]+)`\n(.*?)(?=^#)", text, re.M | re.S):
+        rows[name] = rows.get(name, "") + section
     return rows
 
 
