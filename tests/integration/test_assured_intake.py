@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from tests.crashes import Killed, kill_at, take_everything
+from tests.integration.test_cli import boxmq_cli
 from tests.retained import retained_file
 
 import boxmq
@@ -216,6 +217,25 @@ def test_a_message_swept_away_before_its_deliver_can_be_sent_again(root: Path) -
     with boxmq.open(root, fsync="never") as box:  # and no marker says otherwise after a restart
         assert box.deliver("s", "1") is False
         assert delivered(box) == []
+
+
+def test_a_deliver_after_its_queue_was_deleted_makes_no_queue_again(root: Path) -> None:
+    """The queue went with the stored message (`boxmq delete` from another process): the
+    `deliver` tells the sender so (ItemNotFound, the XMPP door's item-not-found) and leaves
+    the queue deleted. Its move into target/ made the queue's folders first, so the queue
+    came back, empty and ownerless (`boxmq ls` listed it; over XMPP a create of the node
+    was refused `conflict`, "node 'counts' exists")."""
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("s", "1", b"x", queue="counts") is True
+        deleted = boxmq_cli(root, "delete", "counts")
+        assert deleted.returncode == 0, deleted.stderr
+        with pytest.raises(boxmq.ItemNotFound):
+            box.deliver("s", "1", must_exist=True)
+        assert box.queues() == []
+        assert not (root / "counts").exists()
+        assert box.assured("s", "1", b"again", queue="counts") is True  # a new message
+        assert box.deliver("s", "1", must_exist=True) is True
+        assert delivered(box) == [b"again"]
 
 
 def test_a_reclaimed_id_is_a_new_message_also_across_a_restart(root: Path) -> None:
