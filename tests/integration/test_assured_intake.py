@@ -667,6 +667,28 @@ def test_a_restart_frees_no_room_the_pending_messages_take(root: Path) -> None:
         assert box.pending("greedy") == ["2"]
 
 
+def test_each_process_counts_the_limits_against_what_it_stored_and_read_at_its_first_use(
+    root: Path,
+) -> None:
+    """docs/pubsub.md, Exactly once: the limits are each process's. One opened later reads
+    what the others stored at its first use and counts it; one that read the files before
+    does not see what another stored since, so two of them may hold more between them than
+    max_pending_total."""
+    limits = ExactlyOnceLimits(max_pending_total=2)
+    with (
+        boxmq.open(root, fsync="never", exactly_once=limits) as first,
+        boxmq.open(root, fsync="never", exactly_once=limits) as second,
+    ):
+        assert first.assured("s3", "1", b"x", queue="counts") is True  # its first use
+        assert second.assured("s1", "1", b"x", queue="counts") is True  # s3 read and counted
+        with pytest.raises(boxmq.ResourceConstraint, match="max_pending_total"):
+            second.assured("s2", "1", b"x", queue="counts")
+        assert first.assured("s4", "1", b"x", queue="counts") is True  # s1 is not counted here
+        with pytest.raises(boxmq.ResourceConstraint, match="max_pending_total"):
+            first.assured("s5", "1", b"x", queue="counts")
+    assert len(list((root / "counts" / "working").iterdir())) == 3
+
+
 def test_a_restart_keeps_the_clocks_of_done_ttl_and_pending_ttl(root: Path) -> None:
     """How long a delivered msgId is remembered and a stored message waits for its deliver
     count from the step, not from the restart that read them back."""
