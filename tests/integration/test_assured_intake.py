@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from tests.crashes import Killed, kill_at, take_everything
+from tests.integration.test_cli import boxmq_cli
 from tests.retained import retained_file
 
 import boxmq
@@ -216,6 +217,25 @@ def test_a_message_swept_away_before_its_deliver_can_be_sent_again(root: Path) -
     with boxmq.open(root, fsync="never") as box:  # and no marker says otherwise after a restart
         assert box.deliver("s", "1") is False
         assert delivered(box) == []
+
+
+def test_a_deliver_after_its_queue_was_deleted_makes_no_queue_again(root: Path) -> None:
+    """The queue went with the stored message (`boxmq delete` from another process): the
+    `deliver` tells the sender so (ItemNotFound, the XMPP door's item-not-found) and leaves
+    the queue deleted. Its move into target/ made the queue's folders first, so the queue
+    came back, empty and ownerless (`boxmq ls` listed it; over XMPP a create of the node
+    was refused `conflict`, "node 'counts' exists")."""
+    with boxmq.open(root, fsync="never") as box:
+        assert box.assured("s", "1", b"x", queue="counts") is True
+        deleted = boxmq_cli(root, "delete", "counts")
+        assert deleted.returncode == 0, deleted.stderr
+        with pytest.raises(boxmq.ItemNotFound):
+            box.deliver("s", "1", must_exist=True)
+        assert box.queues() == []
+        assert not (root / "counts").exists()
+        assert box.assured("s", "1", b"again", queue="counts") is True  # a new message
+        assert box.deliver("s", "1", must_exist=True) is True
+        assert delivered(box) == [b"again"]
 
 
 def test_a_reclaimed_id_is_a_new_message_also_across_a_restart(root: Path) -> None:
@@ -645,6 +665,28 @@ def test_a_restart_frees_no_room_the_pending_messages_take(root: Path) -> None:
         assert box.deliver("greedy", "1") is True
         assert box.assured("third", "1", b"z", queue="counts") is True  # room again
         assert box.pending("greedy") == ["2"]
+
+
+def test_each_process_counts_the_limits_against_what_it_stored_and_read_at_its_first_use(
+    root: Path,
+) -> None:
+    """docs/pubsub.md, Exactly once: the limits are each process's. One opened later reads
+    what the others stored at its first use and counts it; one that read the files before
+    does not see what another stored since, so two of them may hold more between them than
+    max_pending_total."""
+    limits = ExactlyOnceLimits(max_pending_total=2)
+    with (
+        boxmq.open(root, fsync="never", exactly_once=limits) as first,
+        boxmq.open(root, fsync="never", exactly_once=limits) as second,
+    ):
+        assert first.assured("s3", "1", b"x", queue="counts") is True  # its first use
+        assert second.assured("s1", "1", b"x", queue="counts") is True  # s3 read and counted
+        with pytest.raises(boxmq.ResourceConstraint, match="max_pending_total"):
+            second.assured("s2", "1", b"x", queue="counts")
+        assert first.assured("s4", "1", b"x", queue="counts") is True  # s1 is not counted here
+        with pytest.raises(boxmq.ResourceConstraint, match="max_pending_total"):
+            first.assured("s5", "1", b"x", queue="counts")
+    assert len(list((root / "counts" / "working").iterdir())) == 3
 
 
 def test_a_restart_keeps_the_clocks_of_done_ttl_and_pending_ttl(root: Path) -> None:

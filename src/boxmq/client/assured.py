@@ -699,11 +699,13 @@ class AssuredIntake:
     def _into_target(self, pending: _Pending) -> Move:
         """The move that sends `pending` into its queue's target/: the queue's folders made
         whole first (a making cut short), but not a target/ moved aside (since `deliver`
-        looked: `_targets_back`), which the operator's mkdir makes: the rename fails then."""
+        looked: `_targets_back`), which the operator's mkdir makes, nor a queue deleted since
+        `assured` (its working/ went with it, and the message): the rename fails then, and
+        `deliver` tells the sender (a queue made again here came back empty and ownerless)."""
         assert pending.queue is not None
         path = queue_path(self._root, pending.queue)
         name = os.path.basename(pending.path)
-        if targets_aside([path]):
+        if not os.path.isdir(path) or targets_aside([path]):
             return Move(pending.path, os.path.join(path, State.TARGET.value, name))
         return Move(pending.path, Dropbox(path, self._committer).file(State.TARGET, name))
 

@@ -92,6 +92,36 @@ def test_acknowledged_wraps_the_event_and_retries_with_back_off(
     assert wire.retract(ALICE, item).get("type") == "result"
 
 
+def test_under_the_default_lock_timeout_the_lock_ends_the_retries_before_a_fifth_attempt(
+    manual_box: boxmq.Box, clock: ManualClock
+) -> None:
+    # docs/xmpp.md: a notification is sent again after 2, 4, 8 and 16 s, and given up after
+    # the fifth attempt, due 30 s after the first: the default lock (30 s) ends first, so a
+    # subscriber that never answers is sent it four times, then told it is unlocked.
+    with wired(manual_box, now=clock.now) as wire:
+        _subscribe(wire, ALICE, "acknowledged")
+        item = wire.publish()
+        start = clock.now()
+        sent: list[float] = []
+        unlocked: list[tuple[float, str | None]] = []
+        wire.service.poll()
+        while clock.now() < start + 100:
+            for stanza in wire.take():
+                if stanza.find(f"{{{QOS}}}acknowledged") is not None:
+                    sent.append(round(clock.now() - start))
+                elif (unlock := stanza.find(f".//{{{ns.QUEUEING}}}unlock")) is not None:
+                    unlocked.append((round(clock.now() - start), unlock.get("id")))
+            if unlocked:
+                break
+            deadline = wire.service.next_deadline()
+            assert deadline is not None
+            clock.advance(max(deadline - clock.now(), 0.0))
+            wire.service.expire(clock.now())
+            wire.service.poll()
+        assert sent == [0, 2, 6, 14]
+        assert unlocked == [(30, item)]
+
+
 def test_assured_is_two_steps_and_a_give_up_goes_to_the_next(
     wire: Wire, clock: ManualClock
 ) -> None:
