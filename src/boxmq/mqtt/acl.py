@@ -14,9 +14,11 @@ anonymous section when it has no user name) plus every `pattern`, substituted.
   it, and one `read`/`readwrite` rule covers it whole (`read a/+` does not allow `a/#`).
 Anything else is refused: with an ACL file, the default is no.
 
-Invariants: a pattern whose %u or %c value holds '+', '#' or '/' is skipped for that client
-(it would widen the rule or reach into another client's levels), and so is a %u pattern for
-a client without a user name, and one whose value would make its first level a `$` one.
+Invariants: an allowing pattern whose %u or %c value holds '+', '#' or '/' is skipped for that
+client (it would widen the rule or reach into another client's levels), and so is one whose
+value would make its first level a `$` one; a `deny` pattern is never skipped so (skipping it
+would widen the client's rights), it takes the values as they are. A %u pattern does not apply
+to a client without a user name.
 Rules are checked when the file is read; an error names the file and the line.
 """
 
@@ -265,14 +267,32 @@ def _rule(text: str, number: int) -> Rule:
 
 def _substitute(rule: Rule, username: str | None, client_id: str) -> Rule | None:
     """The pattern for one client, or None when it does not apply to that client."""
-    text = substitute(rule.filter, username, client_id)
+    if rule.access is Access.DENY:
+        # Skipping a deny widens the client's rights, and the client chose its id: `deny
+        # devices/%c/firmware/#` skipped for client `d1/x` let it write its own firmware. So a
+        # deny takes the values as they are: `d1/x` is denied devices/d1/x/firmware/#, and
+        # `+` every device's (a wildcard value denies more, never less).
+        text = _filled_in(rule.filter, username, client_id)
+    else:
+        text = substitute(rule.filter, username, client_id)
     if text is None:
         return None
     try:
         validate_filter(text)
     except InvalidTopic:
-        return None  # e.g. a client id that makes the filter too long
+        # e.g. a client id that makes the filter too long, or `a#` within a level: no topic
+        # holds such a level or is that long, so a deny left out this way denies nothing.
+        return None
     return Rule(rule.access, text, rule.line)
+
+
+def _filled_in(template: str, username: str | None, client_id: str) -> str | None:
+    """`template` with %u and %c filled in as they are; None for a %u without a user name,
+    which has no user's topics to deny."""
+    if "%u" in template and username is None:
+        return None
+    values = {"%u": username or "", "%c": client_id}
+    return _PLACEHOLDER.sub(lambda m: values[m[0]], template)
 
 
 def substitute(template: str, username: str | None, client_id: str) -> str | None:

@@ -137,10 +137,16 @@ class Client:
 
 
 def _connect(
-    served: Served, user: str | None, password: str | None, *, tls: bool, v5: bool = False
+    served: Served,
+    user: str | None,
+    password: str | None,
+    *,
+    tls: bool,
+    v5: bool = False,
+    client_id: str = "",
 ) -> Client:
     protocol = mqtt.MQTTv5 if v5 else mqtt.MQTTv311
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=protocol)
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id, protocol=protocol)
     connacks: queue.Queue[int] = queue.Queue()
     messages: queue.Queue[tuple[str, bytes]] = queue.Queue()
     subacks: queue.Queue[list[int]] = queue.Queue()
@@ -422,6 +428,42 @@ def test_a_user_added_while_serve_runs_is_refused_and_the_log_says_to_restart(
         "serve read it at start: it is read at start only, so its changes are not in force "
         "(restart boxmq serve)"
     )
+
+
+def test_a_deny_pattern_binds_a_client_whose_id_holds_a_slash(tmp_path: Path) -> None:
+    """`pattern deny devices/%c/firmware/#` was skipped for client id `d1/x`, as an allowing
+    pattern is (it would reach into other clients' levels): a client that chose such an id
+    wrote and read the firmware topics the deny was written to keep from it, though a deny
+    wins over every allow (the class of mosquitto's CVE-2017-7650)."""
+    set_password(tmp_path / "passwd", "fleet", b"manager")
+    (tmp_path / "acl").write_text(
+        "user fleet\ntopic readwrite devices/#\npattern deny devices/%c/firmware/#\n"
+    )
+    port = free_port()
+    (tmp_path / "boxmq.toml").write_text(
+        f'data = "data"\nfsync = "never"\n[[mqtt.listener]]\nport = {port}\n'
+        '[security]\npassword_file = "passwd"\nacl_file = "acl"\n'
+    )
+    command = [sys.executable, "-m", "boxmq.cli", "serve", "--config", str(tmp_path / "boxmq.toml")]
+    served = Served(port, 0, tmp_path / "none.crt", tmp_path / "serve.log", 0)
+    with open(served.log, "w") as log:
+        server = subprocess.Popen(command, stderr=log)
+        try:
+            _wait_for_ports(server, tmp_path, port)
+            watcher = _connect(served, "fleet", "manager", tls=False, client_id="watcher")
+            device = _connect(served, "fleet", "manager", tls=False, client_id="d1/x")
+            try:
+                assert watcher.subscribe("devices/d1/x/#") == 1
+                assert device.subscribe("devices/d1/x/firmware/#") == SUBACK_REFUSED
+                assert device.subscribe("devices/d2/firmware/#") == 1  # another's: allowed
+                device.publish("devices/d1/x/firmware/image", b"refused")
+                device.publish("devices/d1/x/status", b"allowed")
+                assert watcher.messages.get(timeout=WAIT) == ("devices/d1/x/status", b"allowed")
+            finally:
+                device.close()
+                watcher.close()
+        finally:
+            stop(server, seconds=30)
 
 
 @pytest.mark.skipif(shutil.which("mosquitto_pub") is None, reason="needs mosquitto_pub")

@@ -157,6 +157,34 @@ def test_a_will_carries_its_will_properties_to_its_subscribers(server: RunningSe
     assert told.UserProperty == pairs
 
 
+def test_an_away_sessions_will_holds_user_properties_far_past_65535_bytes(
+    server: RunningServer,
+) -> None:
+    """A Will's payload is at most 65,535 bytes, but its User Properties may fill the rest of
+    `max_packet_size` (1 MiB): an away session holds all of it, in its record on disk and in
+    memory, until its delay runs out (docs/security.md said a Will held at most 65,535
+    bytes; 60 away sessions with a Will of 1 MB of User Properties held 90 MB)."""
+    watcher = paho(server, "watcher")
+    watcher.subscribe("wills/#", 1)
+    pairs = [(f"k{n:03}", "v" * 1000) for n in range(500)]  # 503,000 bytes of strings
+    heavy = paho(
+        server,
+        "heavy",
+        clean=False,
+        expiry=60,
+        configure=_will("wills/heavy", b"gone", WillDelayInterval=2, UserProperty=pairs),
+    )
+    drop(heavy)
+    recorded_away(server.root, "heavy")
+    record = read_record(str(server.root), "heavy")
+    assert record is not None
+    assert record.will is not None
+    assert sum(len(k) + len(v) for k, v in record.will.properties.user_properties) > 500_000
+    will = watcher.next(timeout=WAIT)
+    assert (will.topic, will.payload) == ("wills/heavy", b"gone")
+    assert will.properties.UserProperty == pairs
+
+
 def test_a_wills_message_expiry_counts_while_its_subscriber_is_away(
     server: RunningServer,
 ) -> None:

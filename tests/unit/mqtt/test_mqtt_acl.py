@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmq.core.topics import matches
-from boxmq.errors import InvalidArgument
+from boxmq.core.filter_relations import overlaps
+from boxmq.core.topics import matches, validate_filter
+from boxmq.errors import InvalidArgument, InvalidTopic
 from boxmq.mqtt.acl import Access, Acl, Rule
 
 EXAMPLE = """\
@@ -302,3 +303,35 @@ def test_refusals_in_a_loop_look_at_the_file_once_a_second(
     assert not served.can_publish("alice", "c1", "news/x")
     assert len(caplog.messages) == 1
     assert "has changed since boxmq serve read it" in caplog.messages[0]
+
+
+@given(
+    st.sampled_from(("d/%c/#", "u/%u/+", "%u/%c", "x/%c")),
+    st.text(alphabet="ab+#/%cu$", min_size=1, max_size=4),
+    st.text(alphabet="ab+#/%cu$", max_size=4),
+    filters(),
+)
+def test_a_deny_pattern_acts_as_its_literal_substitution_whatever_the_value(
+    pattern: str, client_id: str, username: str, wanted: str
+) -> None:
+    # A deny skipped for a value holding '/' (client `d1/x`, `deny devices/%c/firmware/#`)
+    # widened the rights of a client that chose its id; a deny is filled in as it is, and a
+    # filter no topic can match (`a#` in a level) denies nothing.
+    granted = "pattern readwrite #\npattern readwrite $s/#\n"
+    acl = Acl.parse(f"{granted}pattern deny {pattern}\n", Path("acl"))
+    everything = Acl.parse(granted, Path("acl"))
+    literal = pattern.replace("%u", "\0u").replace("%c", "\0c")
+    literal = literal.replace("\0u", username).replace("\0c", client_id)
+    try:
+        validate_filter(literal)
+    except InvalidTopic:  # `a#` in a level: no topic matches it
+        literal = ""
+    topic = wanted.replace("+", "a").replace("#", "b")
+    assert acl.can_subscribe(username, client_id, wanted) == (
+        everything.can_subscribe(username, client_id, wanted)
+        and not (literal and overlaps(literal, wanted))
+    )
+    assert acl.can_publish(username, client_id, topic) == (
+        everything.can_publish(username, client_id, topic)
+        and not (literal and matches(literal, topic))
+    )
