@@ -55,6 +55,7 @@ from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, broken_target, half_made, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
+from boxmq.xmpp.bounces import error_of, says_gone
 from boxmq.xmpp.conditions import (
     BROKEN,
     INTERNAL,
@@ -157,10 +158,6 @@ _TEXT_KEPT: Final = 1000
 # Messages whose refusal is not answered: a headline asks no reply (RFC 6121 §5.2.2), and a
 # groupchat comes from a room, which would hand an error to every occupant, or send it back.
 _UNANSWERED: Final = frozenset({"headline", "groupchat"})
-
-# The types of a bounced error that say try later, or send otherwise (RFC 6120 §8.3.2):
-# the subscription stays (_says_gone).
-_TEMPORARY: Final = frozenset({"wait", "modify"})
 
 Send = Callable[[str], None]
 
@@ -424,7 +421,7 @@ class QueueService:
     def message(self, element: Element) -> None:
         """A <message/> to the component. Of type error, one the server or a client bounced:
         its sender is gone (XEP-0254 §4), if it is a subscriber's full JID and the error says
-        it is gone or refuses (_says_gone); nothing is stored or answered. Any other is
+        it is gone or refuses (says_gone, bounces.py); nothing is stored or answered. Any other is
         urn:xmpp:qos's at-most-once level, put on the node its address names as an
         <acknowledged/> one is (_put_on_node), and answered only if refused."""
         if element.get("type") == "error":
@@ -458,8 +455,8 @@ class QueueService:
         SILENT_TIMEOUTS of them). Every bounce ended them, a subscriber still there
         stopped getting items, told nothing."""
         sender = element.get("from", "")
-        error = _error_of(element)
-        if _says_gone(error):
+        error = error_of(element)
+        if says_gone(error):
             self.gone(sender)
             return
         kind, condition = error
@@ -1581,28 +1578,6 @@ def _node_of(to: str) -> str:
     if not at or not local:
         raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
     return _JID_ESCAPE.sub(lambda escape: chr(int(escape[1], 16)), local)
-
-
-def _error_of(stanza: Element) -> tuple[str, str]:
-    """The type and the defined condition of a stanza's <error/> (RFC 6120 §8.3.2), each ""
-    if missing. The child keeps the namespace its sender wrote (slixmpp's filter renames the
-    stanza's own tag alone): jabber:client or jabber:component:accept."""
-    for child in stanza:
-        if child.tag.rsplit("}", 1)[-1] == "error":
-            conditions = (c.tag for c in child if c.tag.startswith("{" + ns.STANZAS + "}"))
-            condition = next(conditions, "").rsplit("}", 1)[-1]
-            return child.get("type", ""), condition
-    return "", ""
-
-
-def _says_gone(error: tuple[str, str]) -> bool:
-    """Whether a bounced error says its sender is gone or refuses the notifications, which
-    ends its subscriptions: the types cancel and auth, whose errors are not to be retried
-    (RFC 6120 §8.3.2), and recipient-unavailable of any type, a session gone, which the
-    server answers for a full JID (RFC 6120 §8.3.3.13). wait and modify say try later, or
-    send otherwise: temporary (XEP-0060 §12). Without a known type, gone, as before."""
-    kind, condition = error
-    return kind not in _TEMPORARY or condition == "recipient-unavailable"
 
 
 def _stamped(message: Element, *, sender: str, to: str) -> bytes:
