@@ -60,7 +60,6 @@ from boxmq.xmpp.conditions import (
     BROKEN,
     INTERNAL,
     INVALID_JID,
-    INVALID_OPTIONS,
     NOT_ACCEPTABLE,
     STOPPING,
     Condition,
@@ -98,6 +97,13 @@ from boxmq.xmpp.requests import (
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
 from boxmq.xmpp.subscribe_options import QOS_LEVEL, QUEUE_REQUESTS
+from boxmq.xmpp.subscribing import (
+    names_requester,
+    qos_level,
+    queue_requests_of,
+    subscription_element,
+    subscription_xml,
+)
 from boxmq.xmpp.subscriptions import (
     SHARE_GROUP,
     Subscription,
@@ -132,7 +138,6 @@ FEATURES: Final = (
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
-_CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 # Why a stanza was refused, as its sender is told: the condition, the text, and the error's
 # own child in place of the echoed request (a StanzaError's payload), if it has one.
@@ -900,7 +905,7 @@ class QueueService:
         return deadline is not None and self._now() < deadline
 
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
-        if not _names_requester(request.jid, iq.sender):
+        if not names_requester(request.jid, iq.sender):
             raise StanzaError(INVALID_JID, f"{iq.sender} may subscribe its own JID only")
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
@@ -910,8 +915,8 @@ class QueueService:
                 self._refuse_unreachable_topic(request.node)
                 if about_sys(request.node):
                     self._tell_sys(iq.sender, request.node)
-            count = _queue_requests(iq, request)
-            level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
+            count = queue_requests_of(request)
+            level = qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             name = consumer_name(iq.sender)
             consumer = self._receiver(request.node, name, count, is_queue=is_queue)
             existing = Subscription(
@@ -929,12 +934,12 @@ class QueueService:
             given = request.options
             count = existing.queue_requests
             if QUEUE_REQUESTS in given:
-                count = _queue_requests(iq, request)
-            level = _qos_level(given.get(QOS_LEVEL, existing.qos.value))
+                count = queue_requests_of(request)
+            level = qos_level(given.get(QOS_LEVEL, existing.qos.value))
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
         existing.named = request.jid  # the answer names what this subscribe named
-        return render.result(iq, self._subscription_xml(existing, "subscribed"))
+        return render.result(iq, subscription_xml(existing, "subscribed"))
 
     def _tell_sys(self, jid: str, node: str) -> None:
         """A subscribe to a topic node under `$SYS`: served (an MQTT client an ACL lets
@@ -979,7 +984,7 @@ class QueueService:
             (s for s in self._subscriptions.of_jid(iq.sender) if request.node in (None, s.node)),
             key=lambda s: s.node,
         )
-        listed = (_subscription_element(s, "subscribed") for s in mine)
+        listed = (subscription_element(s, "subscribed") for s in mine)
         return self._listing(iq, "subscriptions", request.node, listed)
 
     def _affiliations_of(self, iq: Iq, request: RetrieveAffiliations) -> str:
@@ -1047,23 +1052,9 @@ class QueueService:
                 return None
         return _recorded_owner(queue)
 
-    def _subscription_xml(self, subscription: Subscription, state: str) -> str:
-        options = render.form(
-            ns.SUBSCRIBE_OPTIONS,
-            [
-                (QUEUE_REQUESTS, str(subscription.queue_requests), ""),
-                (QOS_LEVEL, subscription.qos.value, ""),
-            ],
-            type="result",
-        )
-        return (
-            f"<pubsub xmlns='{ns.PUBSUB}'>{_subscription_element(subscription, state)}"
-            f"<options>{options}</options></pubsub>"
-        )
-
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
         """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
-        if not _names_requester(request.jid, iq.sender):  # XEP-0060 §6.2.3.3
+        if not names_requester(request.jid, iq.sender):  # XEP-0060 §6.2.3.3
             raise StanzaError(_FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
         subscription = self._subscriptions.get(iq.sender, request.node)
         if subscription is None:
@@ -1503,66 +1494,12 @@ def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     return type(error)(error.message_id, detail)
 
 
-def _names_requester(jid: str, sender: str) -> bool:
-    """Whether a subscribe's or unsubscribe's `jid` names its sender: its bare JID, or its
-    own full JID. XEP-0060 §6.1.3.1 asks a service to compare the bare JIDs "at a minimum";
-    a subscription here is the sending resource's, so another resource of the same user
-    would have been answered for and the sender subscribed (or unsubscribed) instead."""
-    return jid in (bare(sender), sender)
-
-
-def _subscription_element(subscription: Subscription, state: str) -> str:
-    return (
-        f"<subscription jid={_attr(subscription.named)} node={_attr(subscription.node)} "
-        f"subid={_attr(consumer_name(subscription.jid))} subscription='{state}'/>"
-    )
-
-
 def _published(iq: Iq, node: str, item_id: str) -> str:
     return render.result(
         iq,
         f"<pubsub xmlns='{ns.PUBSUB}'><publish node={render.recurring_attr(node)}>"
         f"<item id='{item_id}'/></publish></pubsub>",
     )
-
-
-_XS_INTEGER = re.compile(r"(?P<sign>[+-]?)(?P<digits>[0-9]+)")  # XML Schema 1.0, 3.3.13
-
-
-def _queue_requests(iq: Iq, request: Subscribe) -> int:
-    """XEP-0254 §2.1: no options -> configuration-required, with the form to fill in."""
-    value = (request.options or {}).get(QUEUE_REQUESTS)
-    if value is None:
-        form = render.form(
-            ns.SUBSCRIBE_OPTIONS, [(QUEUE_REQUESTS, None, "text-single")], type="form"
-        )
-        at = f"jid={_attr(request.jid)} node={_attr(request.node)}"
-        raise StanzaError(
-            _CONFIGURATION_REQUIRED,
-            f"{QUEUE_REQUESTS} is required",
-            payload=f"<pubsub xmlns='{ns.PUBSUB}'><subscribe {at}/><options {at}>{form}</options>"
-            "</pubsub>",
-        )
-    # xs:integer's lexical form, whose blanks around it the form's reader took off
-    # (forms.submitted): a client may write 10000 as "010000" or "+10000". Not int(),
-    # which also takes "1_0" and other scripts' digits.
-    written = _XS_INTEGER.fullmatch(value)
-    digits = written["digits"].lstrip("0") if written and written["sign"] != "-" else ""
-    count = int(digits) if 1 <= len(digits) <= 5 else 0  # 0: refused below, as is 10001..99999
-    if not 1 <= count <= 10_000:
-        raise StanzaError(INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
-    return count
-
-
-def _qos_level(written: str) -> Level:
-    """The boxmq#qos option's level. A word that names none is an invalid option, refused as
-    a bad queue_requests is (XEP-0060 §6.3.6: bad-request + invalid-options), not with the
-    plain bad-request an InvalidArgument is answered with, which leaves the subscriber to
-    guess that its options were at fault."""
-    try:
-        return Level.parse(written)
-    except InvalidArgument as error:
-        raise StanzaError(INVALID_OPTIONS, f"{QOS_LEVEL}: {error}") from None
 
 
 # XEP-0106 §4.2: the characters a JID's local part cannot hold, each a `\` and two hex digits
