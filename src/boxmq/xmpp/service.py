@@ -57,6 +57,7 @@ from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.bounces import error_of, says_gone
 from boxmq.xmpp.conditions import (
+    ANSWER_TOO_BIG,
     BROKEN,
     INTERNAL,
     INVALID_JID,
@@ -67,6 +68,7 @@ from boxmq.xmpp.conditions import (
 )
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.jids import normal
+from boxmq.xmpp.listings import Listings
 from boxmq.xmpp.payloads import NOT_XML, payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender, msg_id_of
 from boxmq.xmpp.records import SubscriberRecords
@@ -101,7 +103,6 @@ from boxmq.xmpp.subscribing import (
     names_requester,
     qos_level,
     queue_requests_of,
-    subscription_element,
     subscription_xml,
 )
 from boxmq.xmpp.subscriptions import (
@@ -152,8 +153,6 @@ _NODE_EXISTS: Final = Condition("cancel", "conflict")
 _FORBIDDEN: Final = Condition("auth", "forbidden")
 _NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
-# A result that would pass the stanza size limit: what it says cannot be cut (_send_answer)
-_ANSWER_TOO_BIG: Final = Condition("cancel", "resource-constraint")
 # The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
 # them (`1796221183759915-7586788408`), with room to spare.
 _ITEM_AROUND: Final = 100
@@ -219,6 +218,12 @@ class QueueService:
         # could leave less than ENVELOPE for an answer's error is measured before it is
         # served (iq); any other is answered within the limit (_send_answer).
         self._surely_answerable = (stanza_size_limit - ENVELOPE) // 6
+        self._listings = Listings(
+            box,
+            self._subscriptions,
+            stanza_size_limit=stanza_size_limit,
+            size_line=self._size_line,
+        )
 
     # -- what the component feeds in -------------------------------------------------------------
 
@@ -334,7 +339,7 @@ class QueueService:
             self._send(answer)
             return
         condition, text = refused or (
-            _ANSWER_TOO_BIG,
+            ANSWER_TOO_BIG,
             f"the answer would be {size} bytes, over the {self._stanza_size_limit} a stanza "
             "from this service may carry",
         )
@@ -754,9 +759,9 @@ class QueueService:
             case Unsubscribe():
                 return self._unsubscribe(iq, request)
             case RetrieveSubscriptions():
-                return self._subscriptions_of(iq, request)
+                return self._listings.subscriptions_of(iq, request)
             case RetrieveAffiliations():
-                return self._affiliations_of(iq, request)
+                return self._listings.affiliations_of(iq, request, self._owner_of)
             case QosAcknowledged() | QosAssured() | QosDeliver():
                 return self._qos(iq, request)
             case DiscoInfo():
@@ -976,67 +981,6 @@ class QueueService:
             ) from None
         except InvalidArgument:
             return  # not a topic a publish may name; the subscribe says what is wrong
-
-    def _subscriptions_of(self, iq: Iq, request: RetrieveSubscriptions) -> str:
-        """XEP-0060 §5.6: the requester's subscriptions (its full JID's: each resource
-        subscribes on its own), those to one node if it names one."""
-        mine = sorted(
-            (s for s in self._subscriptions.of_jid(iq.sender) if request.node in (None, s.node)),
-            key=lambda s: s.node,
-        )
-        listed = (subscription_element(s, "subscribed") for s in mine)
-        return self._listing(iq, "subscriptions", request.node, listed)
-
-    def _affiliations_of(self, iq: Iq, request: RetrieveAffiliations) -> str:
-        """XEP-0060 §5.7: the nodes the requester's bare JID owns (docs/xmpp.md, Owners),
-        that one if it names one. Anyone may publish to and subscribe to every node, so no
-        other affiliation is kept, nor listed."""
-        names = sorted(self._box.queues()) if request.node is None else [request.node]
-        me = bare(iq.sender)
-        # In order, each owner read as it is listed: a listing refused for its size reads
-        # no owner past the one that made it too big.
-        owned = (n for n in names if not NOT_XML.search(n) and self._owner_of(n) == me)
-        listed = (f"<affiliation node={_attr(n)} affiliation='owner'/>" for n in owned)
-        return self._listing(iq, "affiliations", request.node, listed)
-
-    def _listing(self, iq: Iq, what: str, node: str | None, elements: Iterable[str]) -> str:
-        """The result listing `elements` in a pubsub `<what/>` (of `node`, if named). Refused
-        (resource-constraint, as `_send_answer` refuses any result past the stanza size
-        limit) at the first element that would take it past the limit, the rest never made
-        (sized whole, it was refused only once every queue's owner had been read). XEP-0059
-        paging is not served, so it cannot be cut: a client asks of one node instead."""
-        named = "" if node is None else f" node={_attr(node)}"
-        opened, closed = f"<pubsub xmlns='{ns.PUBSUB}'><{what}{named}>", f"</{what}></pubsub>"
-        room = self._stanza_size_limit - len(render.result(iq, opened + closed).encode())
-        listed: list[str] = []
-        for element in elements:
-            room -= len(element.encode())
-            if room < 0:
-                raise self._listing_too_big(iq, what, len(listed))
-            listed.append(element)
-        return render.result(iq, opened + "".join(listed) + closed)
-
-    def _listing_too_big(self, iq: Iq, what: str, fit: int) -> StanzaError:
-        """The refusal of a listing of `what` whose first `fit` elements fit, logged as
-        `_send_answer` logs a result past the limit."""
-        if (more := self._size_line("cut", iq.sender)) is not None:
-            log.info(
-                "the answer to iq %.80s from %s would pass the stanza size limit (%d) after "
-                "%d %s: sent as %s without the result%s",
-                iq.id,
-                iq.sender,
-                self._stanza_size_limit,
-                fit,
-                what,
-                _ANSWER_TOO_BIG.name,
-                more,
-            )
-        return StanzaError(
-            _ANSWER_TOO_BIG,
-            f"the {what} would pass the {self._stanza_size_limit} bytes a stanza from this "
-            f"service may carry after the first {fit}, and XEP-0059 paging is not served: "
-            "ask for those of one node",
-        )
 
     def _owner_of(self, node: str) -> str | None:
         """The bare JID that owns the queue `node`; None for a topic, or a queue without one.
