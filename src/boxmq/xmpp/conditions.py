@@ -28,6 +28,7 @@ from boxmq.errors import (
 
 __all__ = [
     "ANSWER_TOO_BIG",
+    "FORBIDDEN",
     "INTERNAL",
     "INVALID_JID",
     "INVALID_OPTIONS",
@@ -80,6 +81,9 @@ INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
 # A result that would pass the stanza size limit: what it says cannot be cut (the service's
 # _send_answer), nor can a listing (listings.py): one condition for both.
 ANSWER_TOO_BIG: Final = Condition("cancel", "resource-constraint")
+# What only a node's owner may do (nodes.py), or a subscriber alone for itself (the service's
+# unsubscribe of another JID, XEP-0060 §6.2.3.3).
+FORBIDDEN: Final = Condition("auth", "forbidden")
 
 
 def condition_for(error: BoxMQError) -> Condition:

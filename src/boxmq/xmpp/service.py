@@ -52,16 +52,16 @@ from boxmq.errors import (
     store_failure,
 )
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.layout import State, broken_target, half_made, no_dropbox, queue_path
+from boxmq.store.layout import State, broken_target, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
 from boxmq.xmpp.bounces import error_of, says_gone
 from boxmq.xmpp.conditions import (
     ANSWER_TOO_BIG,
     BROKEN,
+    FORBIDDEN,
     INTERNAL,
     INVALID_JID,
-    NOT_ACCEPTABLE,
     STOPPING,
     Condition,
     condition_for,
@@ -69,6 +69,7 @@ from boxmq.xmpp.conditions import (
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.jids import normal
 from boxmq.xmpp.listings import Listings
+from boxmq.xmpp.nodes import NodeAdmin, recorded_owner
 from boxmq.xmpp.payloads import NOT_XML, payload_of
 from boxmq.xmpp.qos_out import Level, ReliableSender, msg_id_of
 from boxmq.xmpp.records import SubscriberRecords
@@ -149,9 +150,6 @@ _ASSURED_WORDS: Final = Words(
     "msgId", "the msgId", "the sender's JID {}", "node", "the node (topic)"
 )
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
-_NODE_EXISTS: Final = Condition("cancel", "conflict")
-_FORBIDDEN: Final = Condition("auth", "forbidden")
-_NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 # The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
 # them (`1796221183759915-7586788408`), with room to spare.
@@ -218,6 +216,17 @@ class QueueService:
         # could leave less than ENVELOPE for an answer's error is measured before it is
         # served (iq); any other is answered within the limit (_send_answer).
         self._surely_answerable = (stanza_size_limit - ENVELOPE) // 6
+        self._nodes = NodeAdmin(
+            box,
+            self._queues,
+            self._subscriptions,
+            lock_timeout=lock_timeout,
+            is_queue=self._is_queue,
+            queue=self._queue,
+            deleted_elsewhere=self._deleted_elsewhere,
+            forget_deleted=self._forget_deleted,
+            drop_queue_subscribers=self._drop_queue_subscribers,
+        )
         self._listings = Listings(
             box,
             self._subscriptions,
@@ -769,11 +778,11 @@ class QueueService:
             case DiscoItems():
                 return self._disco_items(iq, request)
             case Create():
-                return self._create(iq, request)
+                return self._nodes.create(iq, request)
             case Delete():
-                return self._delete(iq, request)
+                return self._nodes.delete(iq, request)
             case Configure():
-                return self._configure(iq, request)
+                return self._nodes.configure(iq, request)
 
     def _publish(self, iq: Iq, request: Publish) -> str | None:
         if request.payload is None:
@@ -994,12 +1003,12 @@ class QueueService:
                 queue = self._box.queue(node, create=False)
             except (QueueNotFound, InvalidName):
                 return None
-        return _recorded_owner(queue)
+        return recorded_owner(queue)
 
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
         """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
         if not names_requester(request.jid, iq.sender):  # XEP-0060 §6.2.3.3
-            raise StanzaError(_FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
+            raise StanzaError(FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
         subscription = self._subscriptions.get(iq.sender, request.node)
         if subscription is None:
             # XEP-0060 §6.2.3.4: a queue node exists while its queue does, a topic node while
@@ -1149,108 +1158,7 @@ class QueueService:
         room = self._stanza_size_limit - len(render.result(iq).encode())
         return render.result(iq, render.disco_items(request.node, items, room=room))
 
-    def _create(self, iq: Iq, request: Create) -> str:
-        path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
-        # Its folder, not its target/: one moved aside to be made again (docs/operations.md,
-        # "Disk usage") is a queue still, whose subscribers a create forgot, and whose new
-        # target/ it made under the operator's `mkdir target`. One whose making was cut short
-        # (working/ alone: a put killed) is made, as a put makes it.
-        if os.path.isdir(path) and not half_made(path):
-            raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
-        if request.node in self._queues:  # known here, its folder gone: deleted elsewhere
-            self._forget_deleted(request.node)  # its subscribers are not the topic's
-        if subscribers := len(self._subscriptions.of_node(request.node)):
-            # A topic node exists while it has subscribers here: a queue of its name would
-            # take every publish to the node from them.
-            raise StanzaError(
-                _NODE_EXISTS,
-                f"node {request.node!r} exists: a topic with {subscribers} subscriber(s) here",
-            )
-        self._refuse_config(request.config, "queue")  # before anything is made
-        queue = self._queues[request.node] = self._box.queue(request.node)
-        queue.set_owner(bare(iq.sender))  # XEP-0060 §8.1: the creator owns the node
-        return render.result(iq)
-
-    def _delete(self, iq: Iq, request: Delete) -> str:
-        """The queue and every message in it go; its subscribers here are told (XEP-0060
-        §8.4.2), then unsubscribed. A topic node is not deleted: it exists while it has
-        subscribers here, as a create and an unsubscribe read it, and it cannot be ended
-        for them (XEP-0060 §8.4.3's not-allowed, of a node that cannot be deleted); any other
-        node does not exist, said in the node's words, not the API's folder and `boxmq ls`.
-        A queue still known here that another process deleted is looked for first: its
-        owner went with its folder, and the delete of what is gone was answered result,
-        whoever asked."""
-        self._deleted_elsewhere(request.node)  # its subscribers told, as for this delete
-        if not self._is_queue(request.node):
-            if subscribers := len(self._subscriptions.of_node(request.node)):
-                raise StanzaError(
-                    _NOT_ALLOWED,
-                    f"node {request.node!r} is a topic with {subscribers} subscriber(s) here: "
-                    "a topic node cannot be deleted, it ends as its last subscriber leaves",
-                )
-            raise QueueNotFound(f"no node {request.node!r}")
-        self._check_owner(iq, self._queue(request.node), "delete")
-        self._queues.pop(request.node, None)
-        self._drop_queue_subscribers(request.node)
-        self._box.delete_queue(request.node)
-        return render.result(iq)
-
-    def _configure(self, iq: Iq, request: Configure) -> str:
-        """Nodes have one fixed configuration: the form tells it; a submitted form is
-        accepted when it asks for what the node has already, else not-acceptable. A queue
-        deleted elsewhere is looked for first, as for a delete: its owner went with it."""
-        self._deleted_elsewhere(request.node)
-        is_queue = self._is_queue(request.node)
-        if is_queue:
-            self._check_owner(iq, self._queue(request.node), "configure")
-        elif not self._subscriptions.of_node(request.node):
-            # A topic node exists while it has subscribers here, as a delete, a create and an
-            # unsubscribe read it: no form for a node that does not exist (XEP-0060 §8.2.3.4)
-            raise QueueNotFound(f"no node {request.node!r}")
-        destination = "queue" if is_queue else "topic"
-        if request.submit:
-            self._refuse_config(request.config, destination)
-            return render.result(iq)
-        fields = [
-            (var, value, kind) for var, (value, kind) in self._node_config(destination).items()
-        ]
-        config = render.form(ns.NODE_CONFIG, fields, type="form")
-        return render.result(
-            iq,
-            f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><configure node={_attr(request.node)}>"
-            f"{config}</configure></pubsub>",
-        )
-
     # -- helpers ----------------------------------------------------------------------------------
-
-    def _node_config(self, destination: str) -> dict[str, tuple[str, str]]:
-        """The one configuration every node has: field -> (value, field type)."""
-        return {
-            "pubsub#node_type": ("leaf", "list-single"),
-            "boxmq#destination": (destination, "text-single"),
-            "boxmq#lock_timeout": (f"{self._lock_timeout:g}", "text-single"),
-        }
-
-    def _refuse_config(self, submitted: dict[str, str], destination: str) -> None:
-        """XEP-0060 §8.2.5: an option the service cannot apply is not-acceptable. Nothing
-        here can be changed, so a field asking for other than what the node has would be
-        answered result and ignored: the owner would believe max_items=5, say, was set."""
-        fixed = {var: value for var, (value, _) in self._node_config(destination).items()}
-        for var, value in submitted.items():
-            if var not in fixed or not _same_setting(value, fixed[var]):
-                has = ", ".join(f"{v}={setting}" for v, setting in fixed.items())
-                raise StanzaError(
-                    NOT_ACCEPTABLE,
-                    f"{var}={value!r} cannot be applied: this node has one fixed "
-                    f"configuration ({has}; the lock timeout is --xmpp-lock-timeout's)",
-                )
-
-    def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:
-        """XEP-0060 §8: only the owner deletes or configures a node. A queue with no recorded
-        owner (made by the API, the CLI or a script) is open to anyone, as it always was."""
-        owner = _recorded_owner(queue)
-        if owner is not None and owner != bare(iq.sender):
-            raise StanzaError(_FORBIDDEN, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:
         """A node is a queue if one of that name exists; any other node is a topic. A queue
@@ -1423,13 +1331,6 @@ class QueueService:
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers
 
 
-def _recorded_owner(queue: Queue) -> str | None:
-    """The queue's owner in the form the door compares JIDs (jids.py): a person may have
-    written it (docs/xmpp.md), `Alice@Example.org`."""
-    owner = queue.owner
-    return None if owner is None else normal(owner) or owner
-
-
 def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     """`error` as an XMPP client reads it: the queue's text names the requester by its
     consumer (`xmpp.<hash>`, the subid), which the client does not know itself by, and
@@ -1469,16 +1370,6 @@ def _stamped(message: Element, *, sender: str, to: str) -> bytes:
 
 
 _attr = render.attr  # not a function of its own: one call per attribute, not two
-
-
-def _same_setting(given: str, fixed: str) -> bool:
-    """Whether a submitted value asks for the setting the node has: `30.0` is `30` seconds."""
-    if given == fixed:
-        return True
-    try:
-        return float(given) == float(fixed)
-    except ValueError:
-        return False
 
 
 def _quietly(action: Callable[[], object]) -> None:
