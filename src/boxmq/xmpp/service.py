@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Final
@@ -66,6 +66,7 @@ from boxmq.xmpp.conditions import (
     Condition,
     condition_for,
 )
+from boxmq.xmpp.disco import FEATURES, Disco
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.jids import normal
 from boxmq.xmpp.listings import Listings
@@ -114,29 +115,10 @@ from boxmq.xmpp.subscriptions import (
 )
 from boxmq.xmpp.trusted import TrustedJids
 
-__all__ = ["FEATURES", "QueueService"]
+__all__ = ["FEATURES", "QueueService"]  # FEATURES: disco.py's, still importable from here
 
 log = logging.getLogger("boxmq.xmpp")
 
-# XEP-0060 §10: what the door serves, and only that (what it refuses feature-not-implemented,
-# requests.py's lists, is not here): a client relies on what disco advertises.
-FEATURES: Final = (
-    ns.DISCO_INFO,
-    ns.DISCO_ITEMS,
-    ns.PUBSUB,
-    ns.PUBSUB + "#create-nodes",
-    ns.PUBSUB + "#delete-nodes",
-    ns.PUBSUB + "#config-node",
-    ns.PUBSUB + "#persistent-items",  # every node keeps its items until they are retracted
-    ns.PUBSUB + "#publish",
-    ns.PUBSUB + "#retract-items",
-    ns.PUBSUB + "#retrieve-affiliations",
-    ns.PUBSUB + "#retrieve-subscriptions",
-    ns.PUBSUB + "#subscribe",
-    ns.PUBSUB + "#subscription-notifications",  # XEP-0060: a MUST for who sends them
-    ns.QUEUEING,
-    ns.QOS,
-)
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
@@ -226,6 +208,15 @@ class QueueService:
             deleted_elsewhere=self._deleted_elsewhere,
             forget_deleted=self._forget_deleted,
             drop_queue_subscribers=self._drop_queue_subscribers,
+        )
+        self._disco = Disco(
+            box,
+            domain=domain,
+            stanza_size_limit=stanza_size_limit,
+            is_queue=self._is_queue,
+            queue=self._queue,
+            deleted_elsewhere=self._deleted_elsewhere,
+            refuse_unreachable_topic=self._refuse_unreachable_topic,
         )
         self._listings = Listings(
             box,
@@ -774,9 +765,9 @@ class QueueService:
             case QosAcknowledged() | QosAssured() | QosDeliver():
                 return self._qos(iq, request)
             case DiscoInfo():
-                return self._disco_info(iq, request)
+                return self._disco.info(iq, request)
             case DiscoItems():
-                return self._disco_items(iq, request)
+                return self._disco.items(iq, request)
             case Create():
                 return self._nodes.create(iq, request)
             case Delete():
@@ -1117,46 +1108,6 @@ class QueueService:
         if self._trusted is None:
             return (own,)
         return (own, *self._trusted.entries_of(sender, own))
-
-    def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
-        """Any node is a leaf: one that names no queue is the topic of that name, published
-        to (its MQTT subscribers get it) with no subscriber here. Not XEP-0060 §5.4's
-        item-not-found, as a delete, a configure and an unsubscribe answer such a node: a
-        client may look before it publishes, and Smack's getOrCreateLeafNode creates the
-        node on item-not-found, a queue here, which would take every later publish from the
-        topic's subscribers (docs/xmpp.md). A topic node no publish fits is no such node: it
-        is refused as its subscribe is, with the same condition and text, as a filter that
-        fits is not (a subscribe to it is served, and Smack's getNode asks disco#info first)."""
-        if request.node is None:
-            identity = ("pubsub", "service", "boxmq queues")
-        else:
-            if self._deleted_elsewhere(request.node) or not self._is_queue(request.node):
-                self._refuse_unreachable_topic(request.node)  # as its disco#items is
-            identity = ("pubsub", "leaf", request.node)
-        return render.result(iq, render.disco_info(request.node, identity, FEATURES))
-
-    def _disco_items(self, iq: Iq, request: DiscoItems) -> str:
-        # A name XML cannot carry (a queue the API made, a file a script dropped) would break
-        # the stream: left out, as no client could name it anyway.
-        if request.node is None:
-            items: Iterable[tuple[str, str | None, str | None]] = (
-                (self.domain, name, name) for name in self._box.queues() if not NOT_XML.search(name)
-            )
-        elif not self._deleted_elsewhere(request.node) and self._is_queue(request.node):
-            # a queue deleted elsewhere is the topic of that name: its subscribers told now
-            ready = self._queue(request.node).peek(limit=100)
-            items = (  # §5.5: name=
-                (self.domain, None, p.envelope.message_id)
-                for p in ready
-                if not NOT_XML.search(p.envelope.message_id)
-            )
-        else:
-            self._refuse_unreachable_topic(request.node)  # as its disco#info is
-            items = ()  # a topic keeps nothing of its own
-        # Cut to fit the stanza size limit (the first items, whole): a root of many queues
-        # with long names listed them all in one stanza, and Prosody ended the stream.
-        room = self._stanza_size_limit - len(render.result(iq).encode())
-        return render.result(iq, render.disco_items(request.node, items, room=room))
 
     # -- helpers ----------------------------------------------------------------------------------
 
