@@ -17,7 +17,6 @@ import errno
 import itertools
 import logging
 import os
-import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -25,7 +24,6 @@ from functools import partial
 from typing import Final
 from xml.etree.ElementTree import Element
 
-from boxmq.client.assured import SendersNameTooLong, Words
 from boxmq.client.box import Box
 from boxmq.client.consumer import Consumer
 from boxmq.client.message import Message
@@ -44,9 +42,7 @@ from boxmq.errors import (
     LockError,
     MessageTooLarge,
     MetadataTooLong,
-    NotAllowed,
     QueueNotFound,
-    ResourceConstraint,
     StoreFailed,
     TargetMissing,
     store_failure,
@@ -72,9 +68,9 @@ from boxmq.xmpp.jids import normal
 from boxmq.xmpp.listings import Listings
 from boxmq.xmpp.nodes import NodeAdmin, recorded_owner
 from boxmq.xmpp.payloads import NOT_XML, payload_of
+from boxmq.xmpp.qos_in import QosReceiver, node_of, stamped
 from boxmq.xmpp.qos_out import Level, ReliableSender, msg_id_of
 from boxmq.xmpp.records import SubscriberRecords
-from boxmq.xmpp.refusals import RefusalLog
 from boxmq.xmpp.requests import (
     Configure,
     Create,
@@ -113,7 +109,6 @@ from boxmq.xmpp.subscriptions import (
     Subscriptions,
     consumer_name,
 )
-from boxmq.xmpp.trusted import TrustedJids
 
 __all__ = ["FEATURES", "QueueService"]  # FEATURES: disco.py's, still importable from here
 
@@ -127,10 +122,6 @@ _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscrib
 # own child in place of the echoed request (a StanzaError's payload), if it has one.
 _Refused = tuple[Condition, str, str | None]
 
-# An <assured/>'s texts in a stored name, as its sender knows them (urn:xmpp:qos, XEP-0060)
-_ASSURED_WORDS: Final = Words(
-    "msgId", "the msgId", "the sender's JID {}", "node", "the node (topic)"
-)
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
 _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
 # The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
@@ -173,12 +164,18 @@ class QueueService:
         self._ids = (f"bx{n}" for n in itertools.count(1))
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
-        self._refusals = RefusalLog()  # exactly-once messages refused, for who runs it
         self._sys_lines: RefusalLines[str] = RefusalLines()  # $SYS subscribes, by bare JID
         # Answers past the stanza size limit, by what was done and bare JID (_size_line)
         self._size_lines: RefusalLines[tuple[str, str]] = RefusalLines()
-        trusted = box.exactly_once.trusted_sources
-        self._trusted = None if trusted is None else TrustedJids(trusted)  # a bad entry: here
+        self._qos = QosReceiver(  # made here: a bad trusted_sources entry is refused here
+            box,
+            now=now,
+            touch=lambda node: self._touched.add(node),  # not the set: poll_touched renews it
+            storable=self._storable,
+            put_on_node=self._put_on_node,
+            deleted_elsewhere=self._deleted_elsewhere,
+            is_queue=self._is_queue,
+        )
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
         # (full JID, node) -> item id -> its lock deadline: what an unsubscribe gave back,
         # for the unlocks XEP-0254 §4 sends after it (see _unlock); kept until that deadline
@@ -440,9 +437,9 @@ class QueueService:
         message = parse_message(element)
 
         def put() -> None:
-            node = _node_of(message.to)
+            node = node_of(message.to)
             self._touched.add(node)
-            body = _stamped(message.message, sender=message.sender, to=message.to)
+            body = stamped(message.message, sender=message.sender, to=message.to)
             self._put_on_node(node, self._storable(body), message.sender)
 
         refused = self._refusal(put, "storing a message from %s to %s", message.sender, message.to)
@@ -763,7 +760,7 @@ class QueueService:
             case RetrieveAffiliations():
                 return self._listings.affiliations_of(iq, request, self._owner_of)
             case QosAcknowledged() | QosAssured() | QosDeliver():
-                return self._qos(iq, request)
+                return self._qos.received(iq, request)
             case DiscoInfo():
                 return self._disco.info(iq, request)
             case DiscoItems():
@@ -1039,53 +1036,6 @@ class QueueService:
             )
         return render.result(iq)
 
-    def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:
-        """urn:xmpp:qos, received: at least once and exactly once (docs/xmpp.md, QoS)."""
-        if isinstance(request, QosDeliver):
-            # The node its <assured/> went to, asked before the deliver forgets it: the
-            # deliver's own `to` may name another node, or the service, and the node it
-            # names would be polled in its stead, the item waiting for the next round.
-            node_of_assured = self._box.intake.destination(iq.sender, request.msg_id)
-            # a repeat is answered all the same; an unknown id is item-not-found: the sender
-            # must learn that the message cannot be delivered (urn:xmpp:qos, exactly once)
-            self._box.deliver(iq.sender, request.msg_id, must_exist=True)
-            if node_of_assured is not None:
-                self._touched.add(node_of_assured)
-            return render.result(iq)
-        node = _node_of(iq.to)
-        self._touched.add(node)
-        body = self._storable(_stamped(request.message, sender=iq.sender, to=iq.to))
-        if isinstance(request, QosAcknowledged):
-            self._put_on_node(node, body, iq.sender)
-            return render.result(iq)
-        # The exactly-once intake makes a queue's folders that are missing: a queue deleted
-        # elsewhere is looked for first, or it would be made again.
-        self._deleted_elsewhere(node)
-        queue = self._is_queue(node)
-        # reclaim: once `deliver` succeeded the sender may reuse the msgId (urn:xmpp:qos,
-        # Message IDs), so an `assured` under a delivered id is a new message. A repeat of the
-        # first `assured` cannot come after its `deliver`: the stream keeps their order.
-        try:
-            self._box.assured(
-                iq.sender,
-                request.msg_id,
-                body,
-                queue=node if queue else None,
-                topic=None if queue else node,
-                reclaim=True,
-                identities=self._identities(iq.sender),
-            )
-        except SendersNameTooLong as error:  # said in assured()'s words: source, msg_id
-            raise MetadataTooLong(error.said(_ASSURED_WORDS)) from error
-        except (MessageTooLarge, NotAllowed, ResourceConstraint) as error:
-            # urn:xmpp:qos, Memory attacks: each logged. Over max_message_size is
-            # payload-too-big, of type modify as the publish's (RFC 6120 §8.3.2: waiting
-            # cannot help); the pending limits, which waiting can, resource-constraint.
-            name = condition_for(error).name
-            self._refusals.refused(iq.sender, name, str(error), now=self._now())
-            raise
-        return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
-
     def _put_on_node(self, node: str, body: bytes, sender: str) -> None:
         """An <acknowledged/> message, or a plain one: put on the queue `node`, else
         published to the topic `node`. As a publish does (flush): the queue known here is put
@@ -1099,15 +1049,6 @@ class QueueService:
                 if not self._deleted_elsewhere(node):
                     raise
         self._box.publish(node, body, qos=1, source=sender)
-
-    def _identities(self, sender: str) -> tuple[str, ...]:
-        """The names trusted_sources may list `sender` by: the QoS document trusts senders "in
-        the roster", bare JIDs, any resource; and the entries written in another case
-        (`Alice@Example.org`) that name it or its bare JID in RFC 7622's form."""
-        own = bare(sender)
-        if self._trusted is None:
-            return (own,)
-        return (own, *self._trusted.entries_of(sender, own))
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -1296,28 +1237,6 @@ def _published(iq: Iq, node: str, item_id: str) -> str:
         f"<pubsub xmlns='{ns.PUBSUB}'><publish node={render.recurring_attr(node)}>"
         f"<item id='{item_id}'/></publish></pubsub>",
     )
-
-
-# XEP-0106 §4.2: the characters a JID's local part cannot hold, each a `\` and two hex digits
-_JID_ESCAPE: Final = re.compile(r"\\(20|22|26|27|2f|3a|3c|3e|40|5c)")
-
-
-def _node_of(to: str) -> str:
-    """A QoS-wrapped message goes to the queue named by the local part of its address, with
-    XEP-0106's escapes taken out: a local part cannot hold a `/` or a space (RFC 7622), so a
-    node `sensors/1` is written `sensors\\2f1`. Taken as written, it went to a topic of
-    that name, which nobody subscribes to, and was dropped."""
-    local, at, _ = to.partition("@")
-    if not at or not local:
-        raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
-    return _JID_ESCAPE.sub(lambda escape: chr(int(escape[1], 16)), local)
-
-
-def _stamped(message: Element, *, sender: str, to: str) -> bytes:
-    """The wrapped message with from/to taken from the iq (Prosody stamps only the iq)."""
-    message.set("from", sender)
-    message.set("to", to)
-    return render.xml_of(message).encode()
 
 
 _attr = render.attr  # not a function of its own: one call per attribute, not two
