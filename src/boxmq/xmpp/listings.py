@@ -29,7 +29,8 @@ _attr = render.attr  # not a function of its own: one call per attribute, not tw
 
 class Listings:
     """The service's listings, over its subscriptions and the box's queues. `size_line` is
-    the service's: whether a line is due about an answer past the stanza size limit."""
+    its answers' (answers.py): whether a line is due about an answer past the stanza size
+    limit."""
 
     def __init__(
         self,
@@ -70,7 +71,7 @@ class Listings:
 
     def _listing(self, iq: Iq, what: str, node: str | None, elements: Iterable[str]) -> str:
         """The result listing `elements` in a pubsub `<what/>` (of `node`, if named). Refused
-        (resource-constraint, as the service's `_send_answer` refuses any result past the
+        (resource-constraint, as answers.py's `send_answer` refuses any result past the
         stanza size limit) at the first element that would take it past the limit, the rest
         never made (sized whole, it was refused only once every queue's owner had been read).
         XEP-0059 paging is not served, so it cannot be cut: a client asks of one node
@@ -88,7 +89,7 @@ class Listings:
 
     def _listing_too_big(self, iq: Iq, what: str, fit: int) -> StanzaError:
         """The refusal of a listing of `what` whose first `fit` elements fit, logged as
-        the service's `_send_answer` logs a result past the limit."""
+        answers.py's `send_answer` logs a result past the limit."""
         if (more := self._size_line("cut", iq.sender)) is not None:
             log.info(
                 "the answer to iq %.80s from %s would pass the stanza size limit (%d) after "

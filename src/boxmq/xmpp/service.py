@@ -51,9 +51,9 @@ from boxmq.store.commit import FsyncPolicy
 from boxmq.store.layout import State, broken_target, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
+from boxmq.xmpp.answers import Answers
 from boxmq.xmpp.bounces import error_of, says_gone
 from boxmq.xmpp.conditions import (
-    ANSWER_TOO_BIG,
     BROKEN,
     FORBIDDEN,
     INTERNAL,
@@ -127,13 +127,6 @@ _PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required"
 # The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
 # them (`1796221183759915-7586788408`), with room to spare.
 _ITEM_AROUND: Final = 100
-# Characters of an error's text kept when even the error without its echo would not fit: at
-# most 6 bytes each escaped, well within the room ENVELOPE leaves beside the iq's envelope.
-_TEXT_KEPT: Final = 1000
-# Messages whose refusal is not answered: a headline asks no reply (RFC 6121 §5.2.2), and a
-# groupchat comes from a room, which would hand an error to every occupant, or send it back.
-_UNANSWERED: Final = frozenset({"headline", "groupchat"})
-
 Send = Callable[[str], None]
 
 
@@ -165,8 +158,8 @@ class QueueService:
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
         self._sys_lines: RefusalLines[str] = RefusalLines()  # $SYS subscribes, by bare JID
-        # Answers past the stanza size limit, by what was done and bare JID (_size_line)
-        self._size_lines: RefusalLines[tuple[str, str]] = RefusalLines()
+        # Every answer to an iq or a message, within the stanza size limit (answers.py)
+        self._answers = Answers(send=send, stanza_size_limit=stanza_size_limit, now=now)
         self._qos = QosReceiver(  # made here: a bad trusted_sources entry is refused here
             box,
             now=now,
@@ -190,11 +183,6 @@ class QueueService:
         self._stanza_size_limit = stanza_size_limit
         self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
         self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
-        self._stanza_surely_fits = stanza_size_limit // 4  # characters, as above
-        # An iq whose envelope alone (id, addresses: 6 bytes a character at most, `&quot;`)
-        # could leave less than ENVELOPE for an answer's error is measured before it is
-        # served (iq); any other is answered within the limit (_send_answer).
-        self._surely_answerable = (stanza_size_limit - ENVELOPE) // 6
         self._nodes = NodeAdmin(
             box,
             self._queues,
@@ -219,7 +207,7 @@ class QueueService:
             box,
             self._subscriptions,
             stanza_size_limit=stanza_size_limit,
-            size_line=self._size_line,
+            size_line=self._answers.size_line,
         )
 
     # -- what the component feeds in -------------------------------------------------------------
@@ -227,14 +215,14 @@ class QueueService:
     def iq(self, element: Element) -> None:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
-        if self._unanswerable(iq):
+        if self._answers.unanswerable(iq):
             return
         if self._closed:
             # The stream lasts a moment after the close (until the server's </stream>): a
             # subscribe served then (a client that subscribes again at its notice, as the
             # docs say) was answered 'subscribed' by a component about to exit. Answered as
             # the server answers while no component is connected: try again.
-            self._send_error(iq, STOPPING, text="the component is stopping")
+            self._answers.send_error(iq, STOPPING, text="the component is stopping")
             return
 
         def answer() -> str | None:
@@ -250,13 +238,13 @@ class QueueService:
 
         def sent() -> None:
             if (reply := answer()) is not None:
-                self._send_answer(iq, reply)
+                self._answers.send_answer(iq, reply)
 
         refused = self._refusal(sent, "answering %.80s from %s", iq.id, iq.sender)
         if refused is not None:
             condition, text, inner = refused
             self._or_logged(
-                partial(self._send_error, iq, condition, text=text, inner=inner),
+                partial(self._answers.send_error, iq, condition, text=text, inner=inner),
                 "%s to iq %.80s from %s not sent",
                 condition.name,
                 iq.id,
@@ -272,90 +260,6 @@ class QueueService:
             answer()
         except Exception:
             log.exception(unsent, *args)
-
-    def _unanswerable(self, iq: Iq) -> bool:
-        """Whether `iq` leaves no room for an answer: its id (and addresses), which every
-        answer carries back (RFC 6120 §8.1.3), written in an empty result come near the
-        stanza size limit. Such an iq is not served, and is logged: its result or error
-        would pass the limit and end the component's stream (a `>` a client writes as one
-        byte in an attribute is `&gt;` in the answer), and served unanswered, a publish
-        would be stored for a publisher told nothing. Measured only for an envelope long
-        enough to come near it."""
-        if len(iq.id) + len(iq.sender) + len(iq.to) <= self._surely_answerable:
-            return False
-        size = len(render.result(iq).encode())
-        if size <= self._stanza_size_limit - ENVELOPE:
-            return False
-        if (more := self._size_line("not served", iq.sender)) is not None:
-            log.warning(
-                "an iq from %s with an id of %d characters not served: its answer would be "
-                "%d bytes at least, over the %d a stanza from this component may carry%s",
-                iq.sender,
-                len(iq.id),
-                size,
-                self._stanza_size_limit,
-                more,
-            )
-        return True
-
-    def _size_line(self, done: str, sender: str) -> str | None:
-        """Whether a line is due about an answer past the stanza size limit (`done`: what
-        was done instead) to `sender`: None if it is counted, not told (told of less than a
-        minute ago); else what the line adds of those passed over since the last one. Its
-        first at once, then at most one line a minute per bare JID (core/refusal_lines.py):
-        a peer sending such stanzas in a loop wrote a line each."""
-        passed_over = self._size_lines.refused((done, bare(sender)), now=self._now())
-        return None if passed_over is None else passed_over_said(passed_over)
-
-    def _over_limit(self, stanza: str) -> int:
-        """The size in bytes of `stanza` if it would pass the stanza size limit, else 0."""
-        if len(stanza) <= self._stanza_surely_fits:
-            return 0
-        size = len(stanza.encode())
-        return size if size > self._stanza_size_limit else 0
-
-    def _send_error(
-        self, iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None
-    ) -> None:
-        """Refuse `iq`: the error echoes the request (or carries `inner`), within the limit."""
-        error = render.error(iq, condition, text=text, inner=inner)
-        self._send_answer(iq, error, refused=(condition, text))
-
-    def _send_answer(
-        self, iq: Iq, answer: str, *, refused: tuple[Condition, str] | None = None
-    ) -> None:
-        """Send `answer` to `iq`: the one size check of every iq answer, where it is built.
-        A stanza past the server's limit for the component ends the component's stream,
-        everyone's notifications in flight with it; what a client sends may grow on the way
-        back (a `'` it writes as one byte is `&apos;` in an echo). An error over the limit
-        (`refused`: its condition and text) goes without its echo of the request, a MAY
-        (RFC 6120 §8.3.1), its text cut if even then it would not fit; a result over it,
-        which cannot be cut without saying something else, as resource-constraint."""
-        size = self._over_limit(answer)
-        if not size:
-            self._send(answer)
-            return
-        condition, text = refused or (
-            ANSWER_TOO_BIG,
-            f"the answer would be {size} bytes, over the {self._stanza_size_limit} a stanza "
-            "from this service may carry",
-        )
-        smaller = render.error(iq, condition, text=text, inner="")
-        if len(smaller.encode()) > self._stanza_size_limit:
-            smaller = render.error(iq, condition, text=text[:_TEXT_KEPT] + "...", inner="")
-        if (more := self._size_line("cut", iq.sender)) is not None:
-            log.info(
-                "the answer to iq %.80s from %s would be %d bytes, over the stanza size limit "
-                "(%d): sent as %s without %s%s",
-                iq.id,
-                iq.sender,
-                size,
-                self._stanza_size_limit,
-                condition.name,
-                "the request echoed" if refused else "the result",
-                more,
-            )
-        self._send(smaller)
 
     def _refusal(self, act: Callable[[], None], doing: str, *args: object) -> _Refused | None:
         """Do `act`; None if it went through, else what its sender is told: the condition and
@@ -388,12 +292,12 @@ class QueueService:
         name = element.tag.rsplit("}", 1)[-1]
         if name == "iq" and kind in ("get", "set"):
             iq = Iq(id=stanza_id or "", type=kind, sender=sender, to=to, child=None, children=0)
-            if self._unanswerable(iq):
+            if self._answers.unanswerable(iq):
                 return
-            answer = partial(self._send_error, iq, INTERNAL, inner="")
+            answer = partial(self._answers.send_error, iq, INTERNAL, inner="")
         elif name == "message" and kind != "error":
             message = Unacknowledged(stanza_id, kind, sender, to, element)
-            answer = partial(self._refuse_message, message, INTERNAL, "")
+            answer = partial(self._answers.refuse_message, message, INTERNAL, "")
         else:
             return
         self._or_logged(
@@ -447,7 +351,7 @@ class QueueService:
             return
         condition, text, _ = refused  # a message error echoes nothing: no payload
         self._or_logged(
-            partial(self._refuse_message, message, condition, text),
+            partial(self._answers.refuse_message, message, condition, text),
             "%s to message %.80s from %s not sent",
             condition.name,
             message.id,
@@ -474,33 +378,6 @@ class QueueService:
             kind,
             condition,
         )
-
-    def _refuse_message(self, message: Unacknowledged, condition: Condition, text: str) -> None:
-        """Answer a message refused, unless its type asks no answer or its error would not
-        fit in a stanza."""
-        if message.type in _UNANSWERED:
-            log.debug(
-                "%s message from %s to %s refused: %s",
-                message.type,
-                message.sender,
-                message.to,
-                text,
-            )
-            return
-        error = render.message_error(message.id, message.sender, message.to, condition, text=text)
-        if size := self._over_limit(error):  # its id mirrored (RFC 6120 §8.3), or the text
-            if (more := self._size_line("not answered", message.sender)) is not None:
-                log.warning(
-                    "a message from %s refused (%s) not answered: its error would be %d "
-                    "bytes, over the %d a stanza from this component may carry%s",
-                    message.sender,
-                    condition.name,
-                    size,
-                    self._stanza_size_limit,
-                    more,
-                )
-            return
-        self._send(error)
 
     def _delivered(self, subscription: Subscription, message: Message) -> None:
         """A message the subscription's consumer locked for it: notify (XEP-0254 §2.2)."""
@@ -819,7 +696,7 @@ class QueueService:
                     self._refuse_unstored([iq for iq, _ in pending], error)
                     continue
                 for iq, _ in pending:
-                    self._send_error(iq, condition_for(error), text=str(error))
+                    self._answers.send_error(iq, condition_for(error), text=str(error))
                 continue
             except OSError as error:  # nothing of the batch was kept (Queue.put_many)
                 self._refuse_unstored([iq for iq, _ in pending], store_failure(error))
@@ -827,10 +704,10 @@ class QueueService:
             except Exception:  # a bug must cost these requests, never the stream
                 log.exception("publishing %d item(s) to %s", len(pending), node)
                 for iq, _ in pending:
-                    self._send_error(iq, INTERNAL)
+                    self._answers.send_error(iq, INTERNAL)
                 continue
             for (iq, _), item_id in zip(pending, ids, strict=True):
-                self._send_answer(iq, _published(iq, node, item_id))
+                self._answers.send_answer(iq, _published(iq, node, item_id))
         self._log_store_failures()
 
     def _refuse_unstored(self, iqs: list[Iq], error: StoreFailed) -> None:
@@ -838,7 +715,7 @@ class QueueService:
         the sender may try again later (RFC 6120 §8.3.2)."""
         condition = condition_for(error)
         for iq in iqs:
-            self._send_error(iq, condition, text=str(error))
+            self._answers.send_error(iq, condition, text=str(error))
         self._store_failures += [error] * len(iqs)
 
     def _log_store_failures(self) -> None:
