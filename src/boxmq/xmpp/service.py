@@ -62,6 +62,7 @@ from boxmq.xmpp.conditions import (
     Condition,
     condition_for,
 )
+from boxmq.xmpp.delivery_failures import not_delivered, not_taken, unsendable
 from boxmq.xmpp.disco import FEATURES, Disco
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.jids import normal
@@ -387,12 +388,12 @@ class QueueService:
         item_id = message.id
         if not (item_id.isascii() and item_id.isprintable()) and NOT_XML.search(item_id):
             # a file a script dropped, `4.a%01b.T`: no escape writes it in XML
-            self._unsendable(subscription.node, message, "its id holds a character XML lacks")
+            unsendable(subscription.node, message, "its id holds a character XML lacks")
             return
         # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
         item = f"<item id={_attr(item_id)}>{payload_of(message.body)}</item>"
         if len(item) > self._surely_fits and (size := len(item.encode())) > self._max_item:
-            self._unsendable(
+            unsendable(
                 subscription.node,
                 message,
                 f"it is {size} bytes as an XMPP item, over the {self._stanza_size_limit} a "
@@ -523,7 +524,7 @@ class QueueService:
                 log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
                 continue
             except OSError as error:  # raised, it cost every subscription after this one
-                self._not_taken(subscription, error)
+                not_taken(subscription, error)
                 continue
             if subscription.failing.recovered():
                 log.info("%s: deliveries to %s taken again", subscription.node, subscription.jid)
@@ -533,35 +534,9 @@ class QueueService:
                 try:
                     self._delivered(subscription, message)
                 except Exception:
-                    self._not_delivered(subscription, message)
+                    not_delivered(subscription, message)
             taken += len(messages)
         return taken
-
-    def _not_delivered(self, subscription: Subscription, message: Message) -> None:
-        """A bug in `_delivered` (called in its except clause: the traceback is logged) costs
-        `message` alone: raised, it left poll() there, and the items taken with it stayed
-        locked to the subscriber, none of them sent, until their lock timeouts. `message`'s
-        lock times out as theirs did (its unlock told if it was held), and it goes round
-        again."""
-        log.exception(
-            "%s: %r not sent to %s (a bug); it comes back at its lock timeout",
-            subscription.node,
-            message.id,
-            subscription.jid,
-        )
-
-    def _not_taken(self, subscription: Subscription, error: OSError) -> None:
-        """The store refused to lock `subscription`'s next items (a read-only disk, EIO, a
-        target/ moved to another disk): told once, not at each round of the timer, and
-        again if the errno changes; the items stay ready and are tried again each round."""
-        if subscription.failing.news(error):
-            log.error(
-                "%s: deliveries to %s not taken: %s; what is ready stays in target/ and is "
-                "tried again (told once)",
-                subscription.node,
-                subscription.jid,
-                store_failure(error),
-            )
 
     def close(
         self,
@@ -1000,30 +975,6 @@ class QueueService:
         self._send(
             render.event(next(self._ids), self.domain, subscription.jid, subscription.node, notice)
         )
-
-    def _unsendable(self, node: str, message: Message, why: str) -> None:
-        """An item no XMPP server would take from the component (put by the API, the CLI,
-        MQTT or a script): sent, it would end the component's stream at each try, everyone's
-        notifications in flight with it. It goes to error/, where `boxmq requeue` finds it.
-        A move the file system refuses (error/ on another disk, read-only, EIO) costs this
-        item alone: raised, it left poll() there, and the items taken with it stayed locked
-        to the subscriber, none of them sent, until their lock timeouts."""
-        try:
-            message.reject()
-        except OSError as error:
-            log.error(
-                "%s: %r not sent, nor moved to error/: %s; %s; it stays in processing/ under "
-                "its lock until the sweep gives it back at its deadline, then is tried again",
-                node,
-                message.id,
-                why,
-                store_failure(error),
-            )
-            return
-        except BoxMQError as error:  # taken back meanwhile: it comes round again
-            log.debug("ignored: %s", error)
-            return
-        log.warning("%s: %r not sent, moved to error/: %s", node, message.id, why)
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
         """The subscriber never acknowledged (or refused) the item: it is told, as for a lock
