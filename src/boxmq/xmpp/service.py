@@ -40,10 +40,8 @@ from boxmq.errors import (
     InvalidName,
     ItemNotFound,
     LockError,
-    MessageTooLarge,
     MetadataTooLong,
     QueueNotFound,
-    StoreFailed,
     TargetMissing,
     store_failure,
 )
@@ -69,6 +67,7 @@ from boxmq.xmpp.jids import normal
 from boxmq.xmpp.listings import Listings
 from boxmq.xmpp.nodes import NodeAdmin, recorded_owner
 from boxmq.xmpp.payloads import NOT_XML, payload_of
+from boxmq.xmpp.publishing import Publishing
 from boxmq.xmpp.qos_in import QosReceiver, node_of, stamped
 from boxmq.xmpp.qos_out import Level, ReliableSender, msg_id_of
 from boxmq.xmpp.records import SubscriberRecords
@@ -124,10 +123,7 @@ _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscrib
 _Refused = tuple[Condition, str, str | None]
 
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
-_PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
-# The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
-# them (`1796221183759915-7586788408`), with room to spare.
-_ITEM_AROUND: Final = 100
+
 Send = Callable[[str], None]
 
 
@@ -161,11 +157,21 @@ class QueueService:
         self._sys_lines: RefusalLines[str] = RefusalLines()  # $SYS subscribes, by bare JID
         # Every answer to an iq or a message, within the stanza size limit (answers.py)
         self._answers = Answers(send=send, stanza_size_limit=stanza_size_limit, now=now)
+        # This batch's publishes, put at its end (flush), and what the disk refused of it
+        self._publishing = Publishing(
+            box,
+            self._answers,
+            max_item=stanza_size_limit - ENVELOPE,
+            queue=self._queue,
+            is_queue=self._is_queue,
+            deleted_elsewhere=self._deleted_elsewhere,
+            reply=self._reply,
+        )
         self._qos = QosReceiver(  # made here: a bad trusted_sources entry is refused here
             box,
             now=now,
             touch=lambda node: self._touched.add(node),  # not the set: poll_touched renews it
-            storable=self._storable,
+            storable=self._publishing.storable,
             put_on_node=self._put_on_node,
             deleted_elsewhere=self._deleted_elsewhere,
             is_queue=self._is_queue,
@@ -174,13 +180,11 @@ class QueueService:
         # (full JID, node) -> item id -> its lock deadline: what an unsubscribe gave back,
         # for the unlocks XEP-0254 §4 sends after it (see _unlock); kept until that deadline
         self._given_back: dict[tuple[str, str], dict[str, float]] = {}
-        self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
-        self._store_failures: list[StoreFailed] = []  # logged once, at the batch's end
         self._next_deleted_check = 0.0
         self._closed = False  # stopping: see iq
         # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
         # item leaves room for its event's envelope. What a client sends within its own limit
-        # (256 KiB) may not fit once stored as XML: _storable.
+        # (256 KiB) may not fit once stored as XML: publishing.py's storable.
         self._stanza_size_limit = stanza_size_limit
         self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
         self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
@@ -275,7 +279,7 @@ class QueueService:
             return condition_for(error), str(error), inner
         except OSError as error:  # the file system failed: an answer for the sender, no bug
             failed = store_failure(error)
-            self._store_failures.append(failed)
+            self._publishing.store_failed(failed)
             return condition_for(failed), str(failed), None
         except Exception:
             log.exception(doing, *args)
@@ -345,7 +349,7 @@ class QueueService:
             node = node_of(message.to)
             self._touched.add(node)
             body = stamped(message.message, sender=message.sender, to=message.to)
-            self._put_on_node(node, self._storable(body), message.sender)
+            self._put_on_node(node, self._publishing.storable(body), message.sender)
 
         refused = self._refusal(put, "storing a message from %s to %s", message.sender, message.to)
         if refused is None:
@@ -598,7 +602,7 @@ class QueueService:
     def _answer(self, iq: Iq, request: Request) -> str | None:
         match request:
             case Publish():
-                return self._publish(iq, request)
+                return self._publishing.publish(iq, request)
             case Retract():
                 return self._retract(iq, request)
             case Unlock():
@@ -624,80 +628,10 @@ class QueueService:
             case Configure():
                 return self._nodes.configure(iq, request)
 
-    def _publish(self, iq: Iq, request: Publish) -> str | None:
-        if request.payload is None:
-            raise StanzaError(_PAYLOAD_REQUIRED, "publish one <item/> with a payload")
-        # The service assigns the item id: it is the boxmq message id (docs/xmpp.md).
-        body = self._storable(render.xml_of(request.payload).encode())
-        if self._is_queue(request.node):
-            self._puts.setdefault(request.node, []).append((iq, body))
-            return None  # answered by flush(), once the batch is on disk
-        return self._to_topic(iq, request.node, body)
-
-    def _storable(self, body: bytes) -> bytes:
-        """`body`, an item's payload as the XML stored for it, if an item can carry it to the
-        subscribers; else MessageTooLarge (XEP-0060 §7.1.3.4, payload-too-big). It grows on
-        its way in: a `'` a client writes as one byte is `&apos;`, so 200,000 of them, within
-        its 256 KiB, were stored as 1.2 MB, answered `result`, and moved to error/ at their
-        first delivery, never sent (_delivered)."""
-        room = self._max_item - _ITEM_AROUND
-        if len(body) > room:
-            raise MessageTooLarge(
-                f"the payload is {len(body)} bytes written as XML (a ' or \" in its text takes "
-                f"6, a > 4), over the {room} an item from this service may carry (the server's "
-                "component_stanza_size_limit, less room for the event around it): not stored"
-            )
-        return body
-
-    def _to_topic(self, iq: Iq, node: str, body: bytes) -> str:
-        """A publish to a topic: a copy for every matching subscription, MQTT's included."""
-        item_id = self._box.publish(node, body, qos=1, source=iq.sender)
-        return _published(iq, node, item_id)
-
     def flush(self) -> None:
         """Put the publishes of this batch of stanzas, one commit per queue (one flush for all
         under fsync=always), then answer them: the result promises the item is stored."""
-        puts, self._puts = self._puts, {}
-        for node, pending in puts.items():
-            try:
-                ids = self._queue(node).put_many([body for _, body in pending])
-            except BoxMQError as error:
-                if isinstance(error, QueueNotFound) and self._deleted_elsewhere(node):
-                    # the node is the topic of that name now (docs/xmpp.md): published there
-                    for iq, body in pending:
-                        self._reply(iq, partial(self._to_topic, iq, node, body))
-                    continue
-                if isinstance(error, StoreFailed):  # TargetMissing: as the disk's own refusal
-                    self._refuse_unstored([iq for iq, _ in pending], error)
-                    continue
-                for iq, _ in pending:
-                    self._answers.send_error(iq, condition_for(error), text=str(error))
-                continue
-            except OSError as error:  # nothing of the batch was kept (Queue.put_many)
-                self._refuse_unstored([iq for iq, _ in pending], store_failure(error))
-                continue
-            except Exception:  # a bug must cost these requests, never the stream
-                log.exception("publishing %d item(s) to %s", len(pending), node)
-                for iq, _ in pending:
-                    self._answers.send_error(iq, INTERNAL)
-                continue
-            for (iq, _), item_id in zip(pending, ids, strict=True):
-                self._answers.send_answer(iq, _published(iq, node, item_id))
-        self._log_store_failures()
-
-    def _refuse_unstored(self, iqs: list[Iq], error: StoreFailed) -> None:
-        """internal-server-error, or resource-constraint for a full disk, both of type wait:
-        the sender may try again later (RFC 6120 §8.3.2)."""
-        condition = condition_for(error)
-        for iq in iqs:
-            self._answers.send_error(iq, condition, text=str(error))
-        self._store_failures += [error] * len(iqs)
-
-    def _log_store_failures(self) -> None:
-        """One line per batch of stanzas, however many the file system refused."""
-        failures, self._store_failures = self._store_failures, []
-        if failures:
-            log.error("%d request(s) not stored, each answered: %s", len(failures), failures[0])
+        self._publishing.flush()
 
     def _retract(self, iq: Iq, request: Retract) -> str:
         """XEP-0254 §2.3: the receiver deletes the item; only it hears of the deletion."""
@@ -1057,14 +991,6 @@ def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     calls the others consumers; the door names it by its JID, and them subscribers."""
     detail = error.detail.replace(consumer, jid).replace("another consumer", "another subscriber")
     return type(error)(error.message_id, detail)
-
-
-def _published(iq: Iq, node: str, item_id: str) -> str:
-    return render.result(
-        iq,
-        f"<pubsub xmlns='{ns.PUBSUB}'><publish node={render.recurring_attr(node)}>"
-        f"<item id='{item_id}'/></publish></pubsub>",
-    )
 
 
 _attr = render.attr  # not a function of its own: one call per attribute, not two
