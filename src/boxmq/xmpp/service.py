@@ -9,6 +9,12 @@ members of one share group. Item ids are boxmq message ids.
 Synchronous and free of sockets and asyncio: the component (component.py) feeds it elements
 and sends what it returns through `send`; tests do the same with a list. Deliveries come in
 through `poll()` (the component calls it after each batch of stanzas and on its timer).
+
+This module keeps the dispatch and the state (subscriptions, the queues known here, their
+locks and timers); each other concept is a module of its own that gets what it needs passed
+in: answers.py (every answer within the stanza size limit), publishing.py, qos_in.py
+(urn:xmpp:qos received), nodes.py (create, delete, configure), disco.py, listings.py,
+subscribing.py (a subscribe's fields), bounces.py and delivery_failures.py.
 """
 
 from __future__ import annotations
