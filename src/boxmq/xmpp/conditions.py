@@ -27,6 +27,8 @@ from boxmq.errors import (
 )
 
 __all__ = [
+    "ANSWER_TOO_BIG",
+    "FORBIDDEN",
     "INTERNAL",
     "INVALID_JID",
     "INVALID_OPTIONS",
@@ -76,6 +78,12 @@ NOT_ACCEPTABLE: Final = Condition("modify", "not-acceptable")
 # A subscribe whose jid is no JID, as its reader finds it, or not the requester's own, as the
 # service does (XEP-0060 §6.1.3.1): one condition for both.
 INVALID_JID: Final = Condition("modify", "bad-request", "invalid-jid")
+# A result that would pass the stanza size limit: what it says cannot be cut (answers.py's
+# send_answer), nor can a listing (listings.py): one condition for both.
+ANSWER_TOO_BIG: Final = Condition("cancel", "resource-constraint")
+# What only a node's owner may do (nodes.py), or a subscriber alone for itself (the service's
+# unsubscribe of another JID, XEP-0060 §6.2.3.3).
+FORBIDDEN: Final = Condition("auth", "forbidden")
 
 
 def condition_for(error: BoxMQError) -> Condition:

@@ -504,13 +504,13 @@ def _config(configure: Element | None) -> dict[str, str]:
     """A submitted node_config form's fields; {} if there is none, or it is of type 'cancel'
     (XEP-0060 §8.2.4). A form that does not say one thing per field, or is of another
     FORM_TYPE, is one the service cannot apply (XEP-0060 §8.2.5), as a field asking for another
-    setting is (service._refuse_config)."""
+    setting is (nodes.py's _refuse_config)."""
     form = _form_in(configure)
     try:
         return submitted(form, ns.NODE_CONFIG) or {}
     except SeveralValues as error:
         # XEP-0060's own form sends pubsub#roster_groups_allowed so: "it takes one" would
-        # say one group would be applied, where no value of it is (service._refuse_config)
+        # say one group would be applied, where no value of it is (nodes.py's _refuse_config)
         raise StanzaError(
             NOT_ACCEPTABLE,
             f"{error.var}={error.values!r} cannot be applied: no field of a node's "

@@ -9,6 +9,12 @@ members of one share group. Item ids are boxmq message ids.
 Synchronous and free of sockets and asyncio: the component (component.py) feeds it elements
 and sends what it returns through `send`; tests do the same with a list. Deliveries come in
 through `poll()` (the component calls it after each batch of stanzas and on its timer).
+
+This module keeps the dispatch and the state (subscriptions, the queues known here, their
+locks and timers); each other concept is a module of its own that gets what it needs passed
+in: answers.py (every answer within the stanza size limit), publishing.py, qos_in.py
+(urn:xmpp:qos received), nodes.py (create, delete, configure), disco.py, listings.py,
+subscribing.py (a subscribe's fields), bounces.py and delivery_failures.py.
 """
 
 from __future__ import annotations
@@ -17,15 +23,13 @@ import errno
 import itertools
 import logging
 import os
-import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Final
 from xml.etree.ElementTree import Element
 
-from boxmq.client.assured import SendersNameTooLong, Words
 from boxmq.client.box import Box
 from boxmq.client.consumer import Consumer
 from boxmq.client.message import Message
@@ -42,35 +46,37 @@ from boxmq.errors import (
     InvalidName,
     ItemNotFound,
     LockError,
-    MessageTooLarge,
     MetadataTooLong,
-    NotAllowed,
     QueueNotFound,
-    ResourceConstraint,
-    StoreFailed,
     TargetMissing,
     store_failure,
 )
 from boxmq.store.commit import FsyncPolicy
-from boxmq.store.layout import State, broken_target, half_made, no_dropbox, queue_path
+from boxmq.store.layout import State, broken_target, no_dropbox, queue_path
 from boxmq.store.names import check_consumer_name
 from boxmq.xmpp import ns, render
+from boxmq.xmpp.answers import Answers
+from boxmq.xmpp.bounces import error_of, says_gone
 from boxmq.xmpp.conditions import (
     BROKEN,
+    FORBIDDEN,
     INTERNAL,
     INVALID_JID,
-    INVALID_OPTIONS,
-    NOT_ACCEPTABLE,
     STOPPING,
     Condition,
     condition_for,
 )
+from boxmq.xmpp.delivery_failures import not_delivered, not_taken, unsendable
+from boxmq.xmpp.disco import FEATURES, Disco
 from boxmq.xmpp.errors import StanzaError
 from boxmq.xmpp.jids import normal
+from boxmq.xmpp.listings import Listings
+from boxmq.xmpp.nodes import NodeAdmin, recorded_owner
 from boxmq.xmpp.payloads import NOT_XML, payload_of
+from boxmq.xmpp.publishing import Publishing
+from boxmq.xmpp.qos_in import QosReceiver, node_of, stamped
 from boxmq.xmpp.qos_out import Level, ReliableSender, msg_id_of
 from boxmq.xmpp.records import SubscriberRecords
-from boxmq.xmpp.refusals import RefusalLog
 from boxmq.xmpp.requests import (
     Configure,
     Create,
@@ -97,70 +103,32 @@ from boxmq.xmpp.requests import (
 )
 from boxmq.xmpp.settings import ENVELOPE, STANZA_SIZE_LIMIT, stanza_size_refusal
 from boxmq.xmpp.subscribe_options import QOS_LEVEL, QUEUE_REQUESTS
+from boxmq.xmpp.subscribing import (
+    names_requester,
+    qos_level,
+    queue_requests_of,
+    subscription_xml,
+)
 from boxmq.xmpp.subscriptions import (
     SHARE_GROUP,
     Subscription,
     Subscriptions,
     consumer_name,
 )
-from boxmq.xmpp.trusted import TrustedJids
 
-__all__ = ["FEATURES", "QueueService"]
+__all__ = ["FEATURES", "QueueService"]  # FEATURES: disco.py's, still importable from here
 
 log = logging.getLogger("boxmq.xmpp")
 
-# XEP-0060 §10: what the door serves, and only that (what it refuses feature-not-implemented,
-# requests.py's lists, is not here): a client relies on what disco advertises.
-FEATURES: Final = (
-    ns.DISCO_INFO,
-    ns.DISCO_ITEMS,
-    ns.PUBSUB,
-    ns.PUBSUB + "#create-nodes",
-    ns.PUBSUB + "#delete-nodes",
-    ns.PUBSUB + "#config-node",
-    ns.PUBSUB + "#persistent-items",  # every node keeps its items until they are retracted
-    ns.PUBSUB + "#publish",
-    ns.PUBSUB + "#retract-items",
-    ns.PUBSUB + "#retrieve-affiliations",
-    ns.PUBSUB + "#retrieve-subscriptions",
-    ns.PUBSUB + "#subscribe",
-    ns.PUBSUB + "#subscription-notifications",  # XEP-0060: a MUST for who sends them
-    ns.QUEUEING,
-    ns.QOS,
-)
 SILENT_TIMEOUTS: Final = 3  # lock timeouts in a row, nothing answered: the subscriber is gone
 # Seconds between looks for queues another process deleted (`boxmq delete`), as sweeps go
 DELETED_CHECK: Final = 1.0
-_CONFIGURATION_REQUIRED: Final = Condition("modify", "not-acceptable", "configuration-required")
 _NOT_SUBSCRIBED: Final = Condition("cancel", "unexpected-request", "not-subscribed")
 # Why a stanza was refused, as its sender is told: the condition, the text, and the error's
 # own child in place of the echoed request (a StanzaError's payload), if it has one.
 _Refused = tuple[Condition, str, str | None]
 
-# An <assured/>'s texts in a stored name, as its sender knows them (urn:xmpp:qos, XEP-0060)
-_ASSURED_WORDS: Final = Words(
-    "msgId", "the msgId", "the sender's JID {}", "node", "the node (topic)"
-)
 _INVALID_SUBID: Final = Condition("modify", "not-acceptable", "invalid-subid")
-_NODE_EXISTS: Final = Condition("cancel", "conflict")
-_FORBIDDEN: Final = Condition("auth", "forbidden")
-_NOT_ALLOWED: Final = Condition("cancel", "not-allowed")
-_PAYLOAD_REQUIRED: Final = Condition("modify", "bad-request", "payload-required")
-# A result that would pass the stanza size limit: what it says cannot be cut (_send_answer)
-_ANSWER_TOO_BIG: Final = Condition("cancel", "resource-constraint")
-# The <item id='...'></item> around a payload: 19 bytes and the id, 27 characters as boxmq makes
-# them (`1796221183759915-7586788408`), with room to spare.
-_ITEM_AROUND: Final = 100
-# Characters of an error's text kept when even the error without its echo would not fit: at
-# most 6 bytes each escaped, well within the room ENVELOPE leaves beside the iq's envelope.
-_TEXT_KEPT: Final = 1000
-# Messages whose refusal is not answered: a headline asks no reply (RFC 6121 §5.2.2), and a
-# groupchat comes from a room, which would hand an error to every occupant, or send it back.
-_UNANSWERED: Final = frozenset({"headline", "groupchat"})
-
-# The types of a bounced error that say try later, or send otherwise (RFC 6120 §8.3.2):
-# the subscription stays (_says_gone).
-_TEMPORARY: Final = frozenset({"wait", "modify"})
 
 Send = Callable[[str], None]
 
@@ -192,45 +160,80 @@ class QueueService:
         self._ids = (f"bx{n}" for n in itertools.count(1))
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
-        self._refusals = RefusalLog()  # exactly-once messages refused, for who runs it
         self._sys_lines: RefusalLines[str] = RefusalLines()  # $SYS subscribes, by bare JID
-        # Answers past the stanza size limit, by what was done and bare JID (_size_line)
-        self._size_lines: RefusalLines[tuple[str, str]] = RefusalLines()
-        trusted = box.exactly_once.trusted_sources
-        self._trusted = None if trusted is None else TrustedJids(trusted)  # a bad entry: here
+        # Every answer to an iq or a message, within the stanza size limit (answers.py)
+        self._answers = Answers(send=send, stanza_size_limit=stanza_size_limit, now=now)
+        # This batch's publishes, put at its end (flush), and what the disk refused of it
+        self._publishing = Publishing(
+            box,
+            self._answers,
+            max_item=stanza_size_limit - ENVELOPE,
+            queue=self._queue,
+            is_queue=self._is_queue,
+            deleted_elsewhere=self._deleted_elsewhere,
+            reply=self._reply,
+        )
+        self._qos = QosReceiver(  # made here: a bad trusted_sources entry is refused here
+            box,
+            now=now,
+            touch=lambda node: self._touched.add(node),  # not the set: poll_touched renews it
+            storable=self._publishing.storable,
+            put_on_node=self._put_on_node,
+            deleted_elsewhere=self._deleted_elsewhere,
+            is_queue=self._is_queue,
+        )
         self._touched: set[str] = set()  # nodes whose deliveries may have changed
         # (full JID, node) -> item id -> its lock deadline: what an unsubscribe gave back,
         # for the unlocks XEP-0254 §4 sends after it (see _unlock); kept until that deadline
         self._given_back: dict[tuple[str, str], dict[str, float]] = {}
-        self._puts: dict[str, list[tuple[Iq, bytes]]] = {}  # publishes awaiting one commit
-        self._store_failures: list[StoreFailed] = []  # logged once, at the batch's end
         self._next_deleted_check = 0.0
         self._closed = False  # stopping: see iq
         # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
         # item leaves room for its event's envelope. What a client sends within its own limit
-        # (256 KiB) may not fit once stored as XML: _storable.
+        # (256 KiB) may not fit once stored as XML: publishing.py's storable.
         self._stanza_size_limit = stanza_size_limit
         self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
         self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
-        self._stanza_surely_fits = stanza_size_limit // 4  # characters, as above
-        # An iq whose envelope alone (id, addresses: 6 bytes a character at most, `&quot;`)
-        # could leave less than ENVELOPE for an answer's error is measured before it is
-        # served (iq); any other is answered within the limit (_send_answer).
-        self._surely_answerable = (stanza_size_limit - ENVELOPE) // 6
+        self._nodes = NodeAdmin(
+            box,
+            self._queues,
+            self._subscriptions,
+            lock_timeout=lock_timeout,
+            is_queue=self._is_queue,
+            queue=self._queue,
+            deleted_elsewhere=self._deleted_elsewhere,
+            forget_deleted=self._forget_deleted,
+            drop_queue_subscribers=self._drop_queue_subscribers,
+        )
+        self._disco = Disco(
+            box,
+            domain=domain,
+            stanza_size_limit=stanza_size_limit,
+            is_queue=self._is_queue,
+            queue=self._queue,
+            deleted_elsewhere=self._deleted_elsewhere,
+            refuse_unreachable_topic=self._refuse_unreachable_topic,
+        )
+        self._listings = Listings(
+            box,
+            self._subscriptions,
+            stanza_size_limit=stanza_size_limit,
+            size_line=self._answers.size_line,
+        )
 
     # -- what the component feeds in -------------------------------------------------------------
 
     def iq(self, element: Element) -> None:
         """Answer one iq get/set (every one gets exactly one reply)."""
         iq = parse_iq(element)
-        if self._unanswerable(iq):
+        if self._answers.unanswerable(iq):
             return
         if self._closed:
             # The stream lasts a moment after the close (until the server's </stream>): a
             # subscribe served then (a client that subscribes again at its notice, as the
             # docs say) was answered 'subscribed' by a component about to exit. Answered as
             # the server answers while no component is connected: try again.
-            self._send_error(iq, STOPPING, text="the component is stopping")
+            self._answers.send_error(iq, STOPPING, text="the component is stopping")
             return
 
         def answer() -> str | None:
@@ -246,13 +249,13 @@ class QueueService:
 
         def sent() -> None:
             if (reply := answer()) is not None:
-                self._send_answer(iq, reply)
+                self._answers.send_answer(iq, reply)
 
         refused = self._refusal(sent, "answering %.80s from %s", iq.id, iq.sender)
         if refused is not None:
             condition, text, inner = refused
             self._or_logged(
-                partial(self._send_error, iq, condition, text=text, inner=inner),
+                partial(self._answers.send_error, iq, condition, text=text, inner=inner),
                 "%s to iq %.80s from %s not sent",
                 condition.name,
                 iq.id,
@@ -269,90 +272,6 @@ class QueueService:
         except Exception:
             log.exception(unsent, *args)
 
-    def _unanswerable(self, iq: Iq) -> bool:
-        """Whether `iq` leaves no room for an answer: its id (and addresses), which every
-        answer carries back (RFC 6120 §8.1.3), written in an empty result come near the
-        stanza size limit. Such an iq is not served, and is logged: its result or error
-        would pass the limit and end the component's stream (a `>` a client writes as one
-        byte in an attribute is `&gt;` in the answer), and served unanswered, a publish
-        would be stored for a publisher told nothing. Measured only for an envelope long
-        enough to come near it."""
-        if len(iq.id) + len(iq.sender) + len(iq.to) <= self._surely_answerable:
-            return False
-        size = len(render.result(iq).encode())
-        if size <= self._stanza_size_limit - ENVELOPE:
-            return False
-        if (more := self._size_line("not served", iq.sender)) is not None:
-            log.warning(
-                "an iq from %s with an id of %d characters not served: its answer would be "
-                "%d bytes at least, over the %d a stanza from this component may carry%s",
-                iq.sender,
-                len(iq.id),
-                size,
-                self._stanza_size_limit,
-                more,
-            )
-        return True
-
-    def _size_line(self, done: str, sender: str) -> str | None:
-        """Whether a line is due about an answer past the stanza size limit (`done`: what
-        was done instead) to `sender`: None if it is counted, not told (told of less than a
-        minute ago); else what the line adds of those passed over since the last one. Its
-        first at once, then at most one line a minute per bare JID (core/refusal_lines.py):
-        a peer sending such stanzas in a loop wrote a line each."""
-        passed_over = self._size_lines.refused((done, bare(sender)), now=self._now())
-        return None if passed_over is None else passed_over_said(passed_over)
-
-    def _over_limit(self, stanza: str) -> int:
-        """The size in bytes of `stanza` if it would pass the stanza size limit, else 0."""
-        if len(stanza) <= self._stanza_surely_fits:
-            return 0
-        size = len(stanza.encode())
-        return size if size > self._stanza_size_limit else 0
-
-    def _send_error(
-        self, iq: Iq, condition: Condition, *, text: str = "", inner: str | None = None
-    ) -> None:
-        """Refuse `iq`: the error echoes the request (or carries `inner`), within the limit."""
-        error = render.error(iq, condition, text=text, inner=inner)
-        self._send_answer(iq, error, refused=(condition, text))
-
-    def _send_answer(
-        self, iq: Iq, answer: str, *, refused: tuple[Condition, str] | None = None
-    ) -> None:
-        """Send `answer` to `iq`: the one size check of every iq answer, where it is built.
-        A stanza past the server's limit for the component ends the component's stream,
-        everyone's notifications in flight with it; what a client sends may grow on the way
-        back (a `'` it writes as one byte is `&apos;` in an echo). An error over the limit
-        (`refused`: its condition and text) goes without its echo of the request, a MAY
-        (RFC 6120 §8.3.1), its text cut if even then it would not fit; a result over it,
-        which cannot be cut without saying something else, as resource-constraint."""
-        size = self._over_limit(answer)
-        if not size:
-            self._send(answer)
-            return
-        condition, text = refused or (
-            _ANSWER_TOO_BIG,
-            f"the answer would be {size} bytes, over the {self._stanza_size_limit} a stanza "
-            "from this service may carry",
-        )
-        smaller = render.error(iq, condition, text=text, inner="")
-        if len(smaller.encode()) > self._stanza_size_limit:
-            smaller = render.error(iq, condition, text=text[:_TEXT_KEPT] + "...", inner="")
-        if (more := self._size_line("cut", iq.sender)) is not None:
-            log.info(
-                "the answer to iq %.80s from %s would be %d bytes, over the stanza size limit "
-                "(%d): sent as %s without %s%s",
-                iq.id,
-                iq.sender,
-                size,
-                self._stanza_size_limit,
-                condition.name,
-                "the request echoed" if refused else "the result",
-                more,
-            )
-        self._send(smaller)
-
     def _refusal(self, act: Callable[[], None], doing: str, *args: object) -> _Refused | None:
         """Do `act`; None if it went through, else what its sender is told: the condition and
         text of a refusal (a StanzaError's own payload in place of the echoed request), a
@@ -366,7 +285,7 @@ class QueueService:
             return condition_for(error), str(error), inner
         except OSError as error:  # the file system failed: an answer for the sender, no bug
             failed = store_failure(error)
-            self._store_failures.append(failed)
+            self._publishing.store_failed(failed)
             return condition_for(failed), str(failed), None
         except Exception:
             log.exception(doing, *args)
@@ -384,12 +303,12 @@ class QueueService:
         name = element.tag.rsplit("}", 1)[-1]
         if name == "iq" and kind in ("get", "set"):
             iq = Iq(id=stanza_id or "", type=kind, sender=sender, to=to, child=None, children=0)
-            if self._unanswerable(iq):
+            if self._answers.unanswerable(iq):
                 return
-            answer = partial(self._send_error, iq, INTERNAL, inner="")
+            answer = partial(self._answers.send_error, iq, INTERNAL, inner="")
         elif name == "message" and kind != "error":
             message = Unacknowledged(stanza_id, kind, sender, to, element)
-            answer = partial(self._refuse_message, message, INTERNAL, "")
+            answer = partial(self._answers.refuse_message, message, INTERNAL, "")
         else:
             return
         self._or_logged(
@@ -424,7 +343,7 @@ class QueueService:
     def message(self, element: Element) -> None:
         """A <message/> to the component. Of type error, one the server or a client bounced:
         its sender is gone (XEP-0254 §4), if it is a subscriber's full JID and the error says
-        it is gone or refuses (_says_gone); nothing is stored or answered. Any other is
+        it is gone or refuses (says_gone, bounces.py); nothing is stored or answered. Any other is
         urn:xmpp:qos's at-most-once level, put on the node its address names as an
         <acknowledged/> one is (_put_on_node), and answered only if refused."""
         if element.get("type") == "error":
@@ -433,17 +352,17 @@ class QueueService:
         message = parse_message(element)
 
         def put() -> None:
-            node = _node_of(message.to)
+            node = node_of(message.to)
             self._touched.add(node)
-            body = _stamped(message.message, sender=message.sender, to=message.to)
-            self._put_on_node(node, self._storable(body), message.sender)
+            body = stamped(message.message, sender=message.sender, to=message.to)
+            self._put_on_node(node, self._publishing.storable(body), message.sender)
 
         refused = self._refusal(put, "storing a message from %s to %s", message.sender, message.to)
         if refused is None:
             return
         condition, text, _ = refused  # a message error echoes nothing: no payload
         self._or_logged(
-            partial(self._refuse_message, message, condition, text),
+            partial(self._answers.refuse_message, message, condition, text),
             "%s to message %.80s from %s not sent",
             condition.name,
             message.id,
@@ -458,8 +377,8 @@ class QueueService:
         SILENT_TIMEOUTS of them). Every bounce ended them, a subscriber still there
         stopped getting items, told nothing."""
         sender = element.get("from", "")
-        error = _error_of(element)
-        if _says_gone(error):
+        error = error_of(element)
+        if says_gone(error):
             self.gone(sender)
             return
         kind, condition = error
@@ -471,33 +390,6 @@ class QueueService:
             condition,
         )
 
-    def _refuse_message(self, message: Unacknowledged, condition: Condition, text: str) -> None:
-        """Answer a message refused, unless its type asks no answer or its error would not
-        fit in a stanza."""
-        if message.type in _UNANSWERED:
-            log.debug(
-                "%s message from %s to %s refused: %s",
-                message.type,
-                message.sender,
-                message.to,
-                text,
-            )
-            return
-        error = render.message_error(message.id, message.sender, message.to, condition, text=text)
-        if size := self._over_limit(error):  # its id mirrored (RFC 6120 §8.3), or the text
-            if (more := self._size_line("not answered", message.sender)) is not None:
-                log.warning(
-                    "a message from %s refused (%s) not answered: its error would be %d "
-                    "bytes, over the %d a stanza from this component may carry%s",
-                    message.sender,
-                    condition.name,
-                    size,
-                    self._stanza_size_limit,
-                    more,
-                )
-            return
-        self._send(error)
-
     def _delivered(self, subscription: Subscription, message: Message) -> None:
         """A message the subscription's consumer locked for it: notify (XEP-0254 §2.2)."""
         if subscription.closed:
@@ -506,12 +398,12 @@ class QueueService:
         item_id = message.id
         if not (item_id.isascii() and item_id.isprintable()) and NOT_XML.search(item_id):
             # a file a script dropped, `4.a%01b.T`: no escape writes it in XML
-            self._unsendable(subscription.node, message, "its id holds a character XML lacks")
+            unsendable(subscription.node, message, "its id holds a character XML lacks")
             return
         # Quoted: a file a script dropped may carry any id (`4.a%27b.T` is `a'b`).
         item = f"<item id={_attr(item_id)}>{payload_of(message.body)}</item>"
         if len(item) > self._surely_fits and (size := len(item.encode())) > self._max_item:
-            self._unsendable(
+            unsendable(
                 subscription.node,
                 message,
                 f"it is {size} bytes as an XMPP item, over the {self._stanza_size_limit} a "
@@ -642,7 +534,7 @@ class QueueService:
                 log.warning("%s for %s: %s", subscription.node, subscription.jid, error)
                 continue
             except OSError as error:  # raised, it cost every subscription after this one
-                self._not_taken(subscription, error)
+                not_taken(subscription, error)
                 continue
             if subscription.failing.recovered():
                 log.info("%s: deliveries to %s taken again", subscription.node, subscription.jid)
@@ -652,35 +544,9 @@ class QueueService:
                 try:
                     self._delivered(subscription, message)
                 except Exception:
-                    self._not_delivered(subscription, message)
+                    not_delivered(subscription, message)
             taken += len(messages)
         return taken
-
-    def _not_delivered(self, subscription: Subscription, message: Message) -> None:
-        """A bug in `_delivered` (called in its except clause: the traceback is logged) costs
-        `message` alone: raised, it left poll() there, and the items taken with it stayed
-        locked to the subscriber, none of them sent, until their lock timeouts. `message`'s
-        lock times out as theirs did (its unlock told if it was held), and it goes round
-        again."""
-        log.exception(
-            "%s: %r not sent to %s (a bug); it comes back at its lock timeout",
-            subscription.node,
-            message.id,
-            subscription.jid,
-        )
-
-    def _not_taken(self, subscription: Subscription, error: OSError) -> None:
-        """The store refused to lock `subscription`'s next items (a read-only disk, EIO, a
-        target/ moved to another disk): told once, not at each round of the timer, and
-        again if the errno changes; the items stay ready and are tried again each round."""
-        if subscription.failing.news(error):
-            log.error(
-                "%s: deliveries to %s not taken: %s; what is ready stays in target/ and is "
-                "tried again (told once)",
-                subscription.node,
-                subscription.jid,
-                store_failure(error),
-            )
 
     def close(
         self,
@@ -742,7 +608,7 @@ class QueueService:
     def _answer(self, iq: Iq, request: Request) -> str | None:
         match request:
             case Publish():
-                return self._publish(iq, request)
+                return self._publishing.publish(iq, request)
             case Retract():
                 return self._retract(iq, request)
             case Unlock():
@@ -752,96 +618,26 @@ class QueueService:
             case Unsubscribe():
                 return self._unsubscribe(iq, request)
             case RetrieveSubscriptions():
-                return self._subscriptions_of(iq, request)
+                return self._listings.subscriptions_of(iq, request)
             case RetrieveAffiliations():
-                return self._affiliations_of(iq, request)
+                return self._listings.affiliations_of(iq, request, self._owner_of)
             case QosAcknowledged() | QosAssured() | QosDeliver():
-                return self._qos(iq, request)
+                return self._qos.received(iq, request)
             case DiscoInfo():
-                return self._disco_info(iq, request)
+                return self._disco.info(iq, request)
             case DiscoItems():
-                return self._disco_items(iq, request)
+                return self._disco.items(iq, request)
             case Create():
-                return self._create(iq, request)
+                return self._nodes.create(iq, request)
             case Delete():
-                return self._delete(iq, request)
+                return self._nodes.delete(iq, request)
             case Configure():
-                return self._configure(iq, request)
-
-    def _publish(self, iq: Iq, request: Publish) -> str | None:
-        if request.payload is None:
-            raise StanzaError(_PAYLOAD_REQUIRED, "publish one <item/> with a payload")
-        # The service assigns the item id: it is the boxmq message id (docs/xmpp.md).
-        body = self._storable(render.xml_of(request.payload).encode())
-        if self._is_queue(request.node):
-            self._puts.setdefault(request.node, []).append((iq, body))
-            return None  # answered by flush(), once the batch is on disk
-        return self._to_topic(iq, request.node, body)
-
-    def _storable(self, body: bytes) -> bytes:
-        """`body`, an item's payload as the XML stored for it, if an item can carry it to the
-        subscribers; else MessageTooLarge (XEP-0060 §7.1.3.4, payload-too-big). It grows on
-        its way in: a `'` a client writes as one byte is `&apos;`, so 200,000 of them, within
-        its 256 KiB, were stored as 1.2 MB, answered `result`, and moved to error/ at their
-        first delivery, never sent (_delivered)."""
-        room = self._max_item - _ITEM_AROUND
-        if len(body) > room:
-            raise MessageTooLarge(
-                f"the payload is {len(body)} bytes written as XML (a ' or \" in its text takes "
-                f"6, a > 4), over the {room} an item from this service may carry (the server's "
-                "component_stanza_size_limit, less room for the event around it): not stored"
-            )
-        return body
-
-    def _to_topic(self, iq: Iq, node: str, body: bytes) -> str:
-        """A publish to a topic: a copy for every matching subscription, MQTT's included."""
-        item_id = self._box.publish(node, body, qos=1, source=iq.sender)
-        return _published(iq, node, item_id)
+                return self._nodes.configure(iq, request)
 
     def flush(self) -> None:
         """Put the publishes of this batch of stanzas, one commit per queue (one flush for all
         under fsync=always), then answer them: the result promises the item is stored."""
-        puts, self._puts = self._puts, {}
-        for node, pending in puts.items():
-            try:
-                ids = self._queue(node).put_many([body for _, body in pending])
-            except BoxMQError as error:
-                if isinstance(error, QueueNotFound) and self._deleted_elsewhere(node):
-                    # the node is the topic of that name now (docs/xmpp.md): published there
-                    for iq, body in pending:
-                        self._reply(iq, partial(self._to_topic, iq, node, body))
-                    continue
-                if isinstance(error, StoreFailed):  # TargetMissing: as the disk's own refusal
-                    self._refuse_unstored([iq for iq, _ in pending], error)
-                    continue
-                for iq, _ in pending:
-                    self._send_error(iq, condition_for(error), text=str(error))
-                continue
-            except OSError as error:  # nothing of the batch was kept (Queue.put_many)
-                self._refuse_unstored([iq for iq, _ in pending], store_failure(error))
-                continue
-            except Exception:  # a bug must cost these requests, never the stream
-                log.exception("publishing %d item(s) to %s", len(pending), node)
-                for iq, _ in pending:
-                    self._send_error(iq, INTERNAL)
-                continue
-            for (iq, _), item_id in zip(pending, ids, strict=True):
-                self._send_answer(iq, _published(iq, node, item_id))
-        self._log_store_failures()
-
-    def _refuse_unstored(self, iqs: list[Iq], error: StoreFailed) -> None:
-        """internal-server-error, or resource-constraint for a full disk, both of type wait:
-        the sender may try again later (RFC 6120 §8.3.2)."""
-        condition = condition_for(error)
-        for iq in iqs:
-            self._send_error(iq, condition, text=str(error))
-        self._store_failures += [error] * len(iqs)
-
-    def _log_store_failures(self) -> None:
-        """One line per batch of stanzas, however many the file system refused."""
-        failures, self._store_failures = self._store_failures, []
-        if failures:
-            log.error("%d request(s) not stored, each answered: %s", len(failures), failures[0])
+        self._publishing.flush()
 
     def _retract(self, iq: Iq, request: Retract) -> str:
         """XEP-0254 §2.3: the receiver deletes the item; only it hears of the deletion."""
@@ -903,7 +699,7 @@ class QueueService:
         return deadline is not None and self._now() < deadline
 
     def _subscribe(self, iq: Iq, request: Subscribe) -> str:
-        if not _names_requester(request.jid, iq.sender):
+        if not names_requester(request.jid, iq.sender):
             raise StanzaError(INVALID_JID, f"{iq.sender} may subscribe its own JID only")
         self._deleted_elsewhere(request.node)  # else a subscription to a queue that is gone
         existing = self._subscriptions.get(iq.sender, request.node)
@@ -913,8 +709,8 @@ class QueueService:
                 self._refuse_unreachable_topic(request.node)
                 if about_sys(request.node):
                     self._tell_sys(iq.sender, request.node)
-            count = _queue_requests(iq, request)
-            level = _qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
+            count = queue_requests_of(request)
+            level = qos_level((request.options or {}).get(QOS_LEVEL, "unacknowledged"))
             name = consumer_name(iq.sender)
             consumer = self._receiver(request.node, name, count, is_queue=is_queue)
             existing = Subscription(
@@ -932,12 +728,12 @@ class QueueService:
             given = request.options
             count = existing.queue_requests
             if QUEUE_REQUESTS in given:
-                count = _queue_requests(iq, request)
-            level = _qos_level(given.get(QOS_LEVEL, existing.qos.value))
+                count = queue_requests_of(request)
+            level = qos_level(given.get(QOS_LEVEL, existing.qos.value))
             existing.consumer.set_limits(max_in_flight=count, lock_timeout=self._lock_timeout)
             existing.queue_requests, existing.qos = count, level
         existing.named = request.jid  # the answer names what this subscribe named
-        return render.result(iq, self._subscription_xml(existing, "subscribed"))
+        return render.result(iq, subscription_xml(existing, "subscribed"))
 
     def _tell_sys(self, jid: str, node: str) -> None:
         """A subscribe to a topic node under `$SYS`: served (an MQTT client an ACL lets
@@ -975,67 +771,6 @@ class QueueService:
         except InvalidArgument:
             return  # not a topic a publish may name; the subscribe says what is wrong
 
-    def _subscriptions_of(self, iq: Iq, request: RetrieveSubscriptions) -> str:
-        """XEP-0060 §5.6: the requester's subscriptions (its full JID's: each resource
-        subscribes on its own), those to one node if it names one."""
-        mine = sorted(
-            (s for s in self._subscriptions.of_jid(iq.sender) if request.node in (None, s.node)),
-            key=lambda s: s.node,
-        )
-        listed = (_subscription_element(s, "subscribed") for s in mine)
-        return self._listing(iq, "subscriptions", request.node, listed)
-
-    def _affiliations_of(self, iq: Iq, request: RetrieveAffiliations) -> str:
-        """XEP-0060 §5.7: the nodes the requester's bare JID owns (docs/xmpp.md, Owners),
-        that one if it names one. Anyone may publish to and subscribe to every node, so no
-        other affiliation is kept, nor listed."""
-        names = sorted(self._box.queues()) if request.node is None else [request.node]
-        me = bare(iq.sender)
-        # In order, each owner read as it is listed: a listing refused for its size reads
-        # no owner past the one that made it too big.
-        owned = (n for n in names if not NOT_XML.search(n) and self._owner_of(n) == me)
-        listed = (f"<affiliation node={_attr(n)} affiliation='owner'/>" for n in owned)
-        return self._listing(iq, "affiliations", request.node, listed)
-
-    def _listing(self, iq: Iq, what: str, node: str | None, elements: Iterable[str]) -> str:
-        """The result listing `elements` in a pubsub `<what/>` (of `node`, if named). Refused
-        (resource-constraint, as `_send_answer` refuses any result past the stanza size
-        limit) at the first element that would take it past the limit, the rest never made
-        (sized whole, it was refused only once every queue's owner had been read). XEP-0059
-        paging is not served, so it cannot be cut: a client asks of one node instead."""
-        named = "" if node is None else f" node={_attr(node)}"
-        opened, closed = f"<pubsub xmlns='{ns.PUBSUB}'><{what}{named}>", f"</{what}></pubsub>"
-        room = self._stanza_size_limit - len(render.result(iq, opened + closed).encode())
-        listed: list[str] = []
-        for element in elements:
-            room -= len(element.encode())
-            if room < 0:
-                raise self._listing_too_big(iq, what, len(listed))
-            listed.append(element)
-        return render.result(iq, opened + "".join(listed) + closed)
-
-    def _listing_too_big(self, iq: Iq, what: str, fit: int) -> StanzaError:
-        """The refusal of a listing of `what` whose first `fit` elements fit, logged as
-        `_send_answer` logs a result past the limit."""
-        if (more := self._size_line("cut", iq.sender)) is not None:
-            log.info(
-                "the answer to iq %.80s from %s would pass the stanza size limit (%d) after "
-                "%d %s: sent as %s without the result%s",
-                iq.id,
-                iq.sender,
-                self._stanza_size_limit,
-                fit,
-                what,
-                _ANSWER_TOO_BIG.name,
-                more,
-            )
-        return StanzaError(
-            _ANSWER_TOO_BIG,
-            f"the {what} would pass the {self._stanza_size_limit} bytes a stanza from this "
-            f"service may carry after the first {fit}, and XEP-0059 paging is not served: "
-            "ask for those of one node",
-        )
-
     def _owner_of(self, node: str) -> str | None:
         """The bare JID that owns the queue `node`; None for a topic, or a queue without one.
         A queue not in use here is not kept in `_queues` for this: a list of every queue's
@@ -1048,26 +783,12 @@ class QueueService:
                 queue = self._box.queue(node, create=False)
             except (QueueNotFound, InvalidName):
                 return None
-        return _recorded_owner(queue)
-
-    def _subscription_xml(self, subscription: Subscription, state: str) -> str:
-        options = render.form(
-            ns.SUBSCRIBE_OPTIONS,
-            [
-                (QUEUE_REQUESTS, str(subscription.queue_requests), ""),
-                (QOS_LEVEL, subscription.qos.value, ""),
-            ],
-            type="result",
-        )
-        return (
-            f"<pubsub xmlns='{ns.PUBSUB}'>{_subscription_element(subscription, state)}"
-            f"<options>{options}</options></pubsub>"
-        )
+        return recorded_owner(queue)
 
     def _unsubscribe(self, iq: Iq, request: Unsubscribe) -> str:
         """XEP-0254 §4: unsubscribing releases the subscriber's locks to the others."""
-        if not _names_requester(request.jid, iq.sender):  # XEP-0060 §6.2.3.3
-            raise StanzaError(_FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
+        if not names_requester(request.jid, iq.sender):  # XEP-0060 §6.2.3.3
+            raise StanzaError(FORBIDDEN, f"{iq.sender} may not unsubscribe {request.jid}")
         subscription = self._subscriptions.get(iq.sender, request.node)
         if subscription is None:
             # XEP-0060 §6.2.3.4: a queue node exists while its queue does, a topic node while
@@ -1107,53 +828,6 @@ class QueueService:
             )
         return render.result(iq)
 
-    def _qos(self, iq: Iq, request: QosAcknowledged | QosAssured | QosDeliver) -> str:
-        """urn:xmpp:qos, received: at least once and exactly once (docs/xmpp.md, QoS)."""
-        if isinstance(request, QosDeliver):
-            # The node its <assured/> went to, asked before the deliver forgets it: the
-            # deliver's own `to` may name another node, or the service, and the node it
-            # names would be polled in its stead, the item waiting for the next round.
-            node_of_assured = self._box.intake.destination(iq.sender, request.msg_id)
-            # a repeat is answered all the same; an unknown id is item-not-found: the sender
-            # must learn that the message cannot be delivered (urn:xmpp:qos, exactly once)
-            self._box.deliver(iq.sender, request.msg_id, must_exist=True)
-            if node_of_assured is not None:
-                self._touched.add(node_of_assured)
-            return render.result(iq)
-        node = _node_of(iq.to)
-        self._touched.add(node)
-        body = self._storable(_stamped(request.message, sender=iq.sender, to=iq.to))
-        if isinstance(request, QosAcknowledged):
-            self._put_on_node(node, body, iq.sender)
-            return render.result(iq)
-        # The exactly-once intake makes a queue's folders that are missing: a queue deleted
-        # elsewhere is looked for first, or it would be made again.
-        self._deleted_elsewhere(node)
-        queue = self._is_queue(node)
-        # reclaim: once `deliver` succeeded the sender may reuse the msgId (urn:xmpp:qos,
-        # Message IDs), so an `assured` under a delivered id is a new message. A repeat of the
-        # first `assured` cannot come after its `deliver`: the stream keeps their order.
-        try:
-            self._box.assured(
-                iq.sender,
-                request.msg_id,
-                body,
-                queue=node if queue else None,
-                topic=None if queue else node,
-                reclaim=True,
-                identities=self._identities(iq.sender),
-            )
-        except SendersNameTooLong as error:  # said in assured()'s words: source, msg_id
-            raise MetadataTooLong(error.said(_ASSURED_WORDS)) from error
-        except (MessageTooLarge, NotAllowed, ResourceConstraint) as error:
-            # urn:xmpp:qos, Memory attacks: each logged. Over max_message_size is
-            # payload-too-big, of type modify as the publish's (RFC 6120 §8.3.2: waiting
-            # cannot help); the pending limits, which waiting can, resource-constraint.
-            name = condition_for(error).name
-            self._refusals.refused(iq.sender, name, str(error), now=self._now())
-            raise
-        return render.result(iq, f"<received xmlns='{ns.QOS}' msgId={_attr(request.msg_id)}/>")
-
     def _put_on_node(self, node: str, body: bytes, sender: str) -> None:
         """An <acknowledged/> message, or a plain one: put on the queue `node`, else
         published to the topic `node`. As a publish does (flush): the queue known here is put
@@ -1168,157 +842,7 @@ class QueueService:
                     raise
         self._box.publish(node, body, qos=1, source=sender)
 
-    def _identities(self, sender: str) -> tuple[str, ...]:
-        """The names trusted_sources may list `sender` by: the QoS document trusts senders "in
-        the roster", bare JIDs, any resource; and the entries written in another case
-        (`Alice@Example.org`) that name it or its bare JID in RFC 7622's form."""
-        own = bare(sender)
-        if self._trusted is None:
-            return (own,)
-        return (own, *self._trusted.entries_of(sender, own))
-
-    def _disco_info(self, iq: Iq, request: DiscoInfo) -> str:
-        """Any node is a leaf: one that names no queue is the topic of that name, published
-        to (its MQTT subscribers get it) with no subscriber here. Not XEP-0060 §5.4's
-        item-not-found, as a delete, a configure and an unsubscribe answer such a node: a
-        client may look before it publishes, and Smack's getOrCreateLeafNode creates the
-        node on item-not-found, a queue here, which would take every later publish from the
-        topic's subscribers (docs/xmpp.md). A topic node no publish fits is no such node: it
-        is refused as its subscribe is, with the same condition and text, as a filter that
-        fits is not (a subscribe to it is served, and Smack's getNode asks disco#info first)."""
-        if request.node is None:
-            identity = ("pubsub", "service", "boxmq queues")
-        else:
-            if self._deleted_elsewhere(request.node) or not self._is_queue(request.node):
-                self._refuse_unreachable_topic(request.node)  # as its disco#items is
-            identity = ("pubsub", "leaf", request.node)
-        return render.result(iq, render.disco_info(request.node, identity, FEATURES))
-
-    def _disco_items(self, iq: Iq, request: DiscoItems) -> str:
-        # A name XML cannot carry (a queue the API made, a file a script dropped) would break
-        # the stream: left out, as no client could name it anyway.
-        if request.node is None:
-            items: Iterable[tuple[str, str | None, str | None]] = (
-                (self.domain, name, name) for name in self._box.queues() if not NOT_XML.search(name)
-            )
-        elif not self._deleted_elsewhere(request.node) and self._is_queue(request.node):
-            # a queue deleted elsewhere is the topic of that name: its subscribers told now
-            ready = self._queue(request.node).peek(limit=100)
-            items = (  # §5.5: name=
-                (self.domain, None, p.envelope.message_id)
-                for p in ready
-                if not NOT_XML.search(p.envelope.message_id)
-            )
-        else:
-            self._refuse_unreachable_topic(request.node)  # as its disco#info is
-            items = ()  # a topic keeps nothing of its own
-        # Cut to fit the stanza size limit (the first items, whole): a root of many queues
-        # with long names listed them all in one stanza, and Prosody ended the stream.
-        room = self._stanza_size_limit - len(render.result(iq).encode())
-        return render.result(iq, render.disco_items(request.node, items, room=room))
-
-    def _create(self, iq: Iq, request: Create) -> str:
-        path = queue_path(self._box.root, request.node)  # InvalidName: bad-request
-        # Its folder, not its target/: one moved aside to be made again (docs/operations.md,
-        # "Disk usage") is a queue still, whose subscribers a create forgot, and whose new
-        # target/ it made under the operator's `mkdir target`. One whose making was cut short
-        # (working/ alone: a put killed) is made, as a put makes it.
-        if os.path.isdir(path) and not half_made(path):
-            raise StanzaError(_NODE_EXISTS, f"node {request.node!r} exists")
-        if request.node in self._queues:  # known here, its folder gone: deleted elsewhere
-            self._forget_deleted(request.node)  # its subscribers are not the topic's
-        if subscribers := len(self._subscriptions.of_node(request.node)):
-            # A topic node exists while it has subscribers here: a queue of its name would
-            # take every publish to the node from them.
-            raise StanzaError(
-                _NODE_EXISTS,
-                f"node {request.node!r} exists: a topic with {subscribers} subscriber(s) here",
-            )
-        self._refuse_config(request.config, "queue")  # before anything is made
-        queue = self._queues[request.node] = self._box.queue(request.node)
-        queue.set_owner(bare(iq.sender))  # XEP-0060 §8.1: the creator owns the node
-        return render.result(iq)
-
-    def _delete(self, iq: Iq, request: Delete) -> str:
-        """The queue and every message in it go; its subscribers here are told (XEP-0060
-        §8.4.2), then unsubscribed. A topic node is not deleted: it exists while it has
-        subscribers here, as a create and an unsubscribe read it, and it cannot be ended
-        for them (XEP-0060 §8.4.3's not-allowed, of a node that cannot be deleted); any other
-        node does not exist, said in the node's words, not the API's folder and `boxmq ls`.
-        A queue still known here that another process deleted is looked for first: its
-        owner went with its folder, and the delete of what is gone was answered result,
-        whoever asked."""
-        self._deleted_elsewhere(request.node)  # its subscribers told, as for this delete
-        if not self._is_queue(request.node):
-            if subscribers := len(self._subscriptions.of_node(request.node)):
-                raise StanzaError(
-                    _NOT_ALLOWED,
-                    f"node {request.node!r} is a topic with {subscribers} subscriber(s) here: "
-                    "a topic node cannot be deleted, it ends as its last subscriber leaves",
-                )
-            raise QueueNotFound(f"no node {request.node!r}")
-        self._check_owner(iq, self._queue(request.node), "delete")
-        self._queues.pop(request.node, None)
-        self._drop_queue_subscribers(request.node)
-        self._box.delete_queue(request.node)
-        return render.result(iq)
-
-    def _configure(self, iq: Iq, request: Configure) -> str:
-        """Nodes have one fixed configuration: the form tells it; a submitted form is
-        accepted when it asks for what the node has already, else not-acceptable. A queue
-        deleted elsewhere is looked for first, as for a delete: its owner went with it."""
-        self._deleted_elsewhere(request.node)
-        is_queue = self._is_queue(request.node)
-        if is_queue:
-            self._check_owner(iq, self._queue(request.node), "configure")
-        elif not self._subscriptions.of_node(request.node):
-            # A topic node exists while it has subscribers here, as a delete, a create and an
-            # unsubscribe read it: no form for a node that does not exist (XEP-0060 §8.2.3.4)
-            raise QueueNotFound(f"no node {request.node!r}")
-        destination = "queue" if is_queue else "topic"
-        if request.submit:
-            self._refuse_config(request.config, destination)
-            return render.result(iq)
-        fields = [
-            (var, value, kind) for var, (value, kind) in self._node_config(destination).items()
-        ]
-        config = render.form(ns.NODE_CONFIG, fields, type="form")
-        return render.result(
-            iq,
-            f"<pubsub xmlns='{ns.PUBSUB_OWNER}'><configure node={_attr(request.node)}>"
-            f"{config}</configure></pubsub>",
-        )
-
     # -- helpers ----------------------------------------------------------------------------------
-
-    def _node_config(self, destination: str) -> dict[str, tuple[str, str]]:
-        """The one configuration every node has: field -> (value, field type)."""
-        return {
-            "pubsub#node_type": ("leaf", "list-single"),
-            "boxmq#destination": (destination, "text-single"),
-            "boxmq#lock_timeout": (f"{self._lock_timeout:g}", "text-single"),
-        }
-
-    def _refuse_config(self, submitted: dict[str, str], destination: str) -> None:
-        """XEP-0060 §8.2.5: an option the service cannot apply is not-acceptable. Nothing
-        here can be changed, so a field asking for other than what the node has would be
-        answered result and ignored: the owner would believe max_items=5, say, was set."""
-        fixed = {var: value for var, (value, _) in self._node_config(destination).items()}
-        for var, value in submitted.items():
-            if var not in fixed or not _same_setting(value, fixed[var]):
-                has = ", ".join(f"{v}={setting}" for v, setting in fixed.items())
-                raise StanzaError(
-                    NOT_ACCEPTABLE,
-                    f"{var}={value!r} cannot be applied: this node has one fixed "
-                    f"configuration ({has}; the lock timeout is --xmpp-lock-timeout's)",
-                )
-
-    def _check_owner(self, iq: Iq, queue: Queue, what: str) -> None:
-        """XEP-0060 §8: only the owner deletes or configures a node. A queue with no recorded
-        owner (made by the API, the CLI or a script) is open to anyone, as it always was."""
-        owner = _recorded_owner(queue)
-        if owner is not None and owner != bare(iq.sender):
-            raise StanzaError(_FORBIDDEN, f"only the owner of {queue.name!r} may {what} it")
 
     def _is_queue(self, node: str) -> bool:
         """A node is a queue if one of that name exists; any other node is a topic. A queue
@@ -1391,30 +915,6 @@ class QueueService:
         self._send(
             render.event(next(self._ids), self.domain, subscription.jid, subscription.node, notice)
         )
-
-    def _unsendable(self, node: str, message: Message, why: str) -> None:
-        """An item no XMPP server would take from the component (put by the API, the CLI,
-        MQTT or a script): sent, it would end the component's stream at each try, everyone's
-        notifications in flight with it. It goes to error/, where `boxmq requeue` finds it.
-        A move the file system refuses (error/ on another disk, read-only, EIO) costs this
-        item alone: raised, it left poll() there, and the items taken with it stayed locked
-        to the subscriber, none of them sent, until their lock timeouts."""
-        try:
-            message.reject()
-        except OSError as error:
-            log.error(
-                "%s: %r not sent, nor moved to error/: %s; %s; it stays in processing/ under "
-                "its lock until the sweep gives it back at its deadline, then is tried again",
-                node,
-                message.id,
-                why,
-                store_failure(error),
-            )
-            return
-        except BoxMQError as error:  # taken back meanwhile: it comes round again
-            log.debug("ignored: %s", error)
-            return
-        log.warning("%s: %r not sent, moved to error/: %s", node, message.id, why)
 
     def _undeliverable(self, subscription: Subscription, message: Message) -> None:
         """The subscriber never acknowledged (or refused) the item: it is told, as for a lock
@@ -1491,13 +991,6 @@ class QueueService:
         subscription.consumer.close()  # owner gone: its locks go to the other subscribers
 
 
-def _recorded_owner(queue: Queue) -> str | None:
-    """The queue's owner in the form the door compares JIDs (jids.py): a person may have
-    written it (docs/xmpp.md), `Alice@Example.org`."""
-    owner = queue.owner
-    return None if owner is None else normal(owner) or owner
-
-
 def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     """`error` as an XMPP client reads it: the queue's text names the requester by its
     consumer (`xmpp.<hash>`, the subid), which the client does not know itself by, and
@@ -1506,123 +999,7 @@ def _told_by_jid(error: LockError, consumer: str, jid: str) -> LockError:
     return type(error)(error.message_id, detail)
 
 
-def _names_requester(jid: str, sender: str) -> bool:
-    """Whether a subscribe's or unsubscribe's `jid` names its sender: its bare JID, or its
-    own full JID. XEP-0060 §6.1.3.1 asks a service to compare the bare JIDs "at a minimum";
-    a subscription here is the sending resource's, so another resource of the same user
-    would have been answered for and the sender subscribed (or unsubscribed) instead."""
-    return jid in (bare(sender), sender)
-
-
-def _subscription_element(subscription: Subscription, state: str) -> str:
-    return (
-        f"<subscription jid={_attr(subscription.named)} node={_attr(subscription.node)} "
-        f"subid={_attr(consumer_name(subscription.jid))} subscription='{state}'/>"
-    )
-
-
-def _published(iq: Iq, node: str, item_id: str) -> str:
-    return render.result(
-        iq,
-        f"<pubsub xmlns='{ns.PUBSUB}'><publish node={render.recurring_attr(node)}>"
-        f"<item id='{item_id}'/></publish></pubsub>",
-    )
-
-
-_XS_INTEGER = re.compile(r"(?P<sign>[+-]?)(?P<digits>[0-9]+)")  # XML Schema 1.0, 3.3.13
-
-
-def _queue_requests(iq: Iq, request: Subscribe) -> int:
-    """XEP-0254 §2.1: no options -> configuration-required, with the form to fill in."""
-    value = (request.options or {}).get(QUEUE_REQUESTS)
-    if value is None:
-        form = render.form(
-            ns.SUBSCRIBE_OPTIONS, [(QUEUE_REQUESTS, None, "text-single")], type="form"
-        )
-        at = f"jid={_attr(request.jid)} node={_attr(request.node)}"
-        raise StanzaError(
-            _CONFIGURATION_REQUIRED,
-            f"{QUEUE_REQUESTS} is required",
-            payload=f"<pubsub xmlns='{ns.PUBSUB}'><subscribe {at}/><options {at}>{form}</options>"
-            "</pubsub>",
-        )
-    # xs:integer's lexical form, whose blanks around it the form's reader took off
-    # (forms.submitted): a client may write 10000 as "010000" or "+10000". Not int(),
-    # which also takes "1_0" and other scripts' digits.
-    written = _XS_INTEGER.fullmatch(value)
-    digits = written["digits"].lstrip("0") if written and written["sign"] != "-" else ""
-    count = int(digits) if 1 <= len(digits) <= 5 else 0  # 0: refused below, as is 10001..99999
-    if not 1 <= count <= 10_000:
-        raise StanzaError(INVALID_OPTIONS, f"{QUEUE_REQUESTS} must be 1..10000, not {value!r}")
-    return count
-
-
-def _qos_level(written: str) -> Level:
-    """The boxmq#qos option's level. A word that names none is an invalid option, refused as
-    a bad queue_requests is (XEP-0060 §6.3.6: bad-request + invalid-options), not with the
-    plain bad-request an InvalidArgument is answered with, which leaves the subscriber to
-    guess that its options were at fault."""
-    try:
-        return Level.parse(written)
-    except InvalidArgument as error:
-        raise StanzaError(INVALID_OPTIONS, f"{QOS_LEVEL}: {error}") from None
-
-
-# XEP-0106 §4.2: the characters a JID's local part cannot hold, each a `\` and two hex digits
-_JID_ESCAPE: Final = re.compile(r"\\(20|22|26|27|2f|3a|3c|3e|40|5c)")
-
-
-def _node_of(to: str) -> str:
-    """A QoS-wrapped message goes to the queue named by the local part of its address, with
-    XEP-0106's escapes taken out: a local part cannot hold a `/` or a space (RFC 7622), so a
-    node `sensors/1` is written `sensors\\2f1`. Taken as written, it went to a topic of
-    that name, which nobody subscribes to, and was dropped."""
-    local, at, _ = to.partition("@")
-    if not at or not local:
-        raise QueueNotFound(f"send to <node>@{to.split('/')[0]}: which node is {to!r}?")
-    return _JID_ESCAPE.sub(lambda escape: chr(int(escape[1], 16)), local)
-
-
-def _error_of(stanza: Element) -> tuple[str, str]:
-    """The type and the defined condition of a stanza's <error/> (RFC 6120 §8.3.2), each ""
-    if missing. The child keeps the namespace its sender wrote (slixmpp's filter renames the
-    stanza's own tag alone): jabber:client or jabber:component:accept."""
-    for child in stanza:
-        if child.tag.rsplit("}", 1)[-1] == "error":
-            conditions = (c.tag for c in child if c.tag.startswith("{" + ns.STANZAS + "}"))
-            condition = next(conditions, "").rsplit("}", 1)[-1]
-            return child.get("type", ""), condition
-    return "", ""
-
-
-def _says_gone(error: tuple[str, str]) -> bool:
-    """Whether a bounced error says its sender is gone or refuses the notifications, which
-    ends its subscriptions: the types cancel and auth, whose errors are not to be retried
-    (RFC 6120 §8.3.2), and recipient-unavailable of any type, a session gone, which the
-    server answers for a full JID (RFC 6120 §8.3.3.13). wait and modify say try later, or
-    send otherwise: temporary (XEP-0060 §12). Without a known type, gone, as before."""
-    kind, condition = error
-    return kind not in _TEMPORARY or condition == "recipient-unavailable"
-
-
-def _stamped(message: Element, *, sender: str, to: str) -> bytes:
-    """The wrapped message with from/to taken from the iq (Prosody stamps only the iq)."""
-    message.set("from", sender)
-    message.set("to", to)
-    return render.xml_of(message).encode()
-
-
 _attr = render.attr  # not a function of its own: one call per attribute, not two
-
-
-def _same_setting(given: str, fixed: str) -> bool:
-    """Whether a submitted value asks for the setting the node has: `30.0` is `30` seconds."""
-    if given == fixed:
-        return True
-    try:
-        return float(given) == float(fixed)
-    except ValueError:
-        return False
 
 
 def _quietly(action: Callable[[], object]) -> None:

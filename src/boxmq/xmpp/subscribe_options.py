@@ -31,7 +31,8 @@ def _one_of(*served: str) -> Callable[[str], bool]:
 
 
 # A standard field -> whether a value of it asks for what a subscription here is anyway. The
-# service's checks of its own fields (queue_requests' range, the QoS level's word) are its own.
+# checks of the service's own fields (queue_requests' range, the QoS level's word) are
+# subscribing.py's.
 _STANDARD: Final[Mapping[str, tuple[Callable[[str], bool], str]]] = {
     "pubsub#deliver": (
         _TRUE.__contains__,
