@@ -1920,6 +1920,47 @@ def test_a_subscribe_whose_subscription_is_ended_elsewhere_stops_and_says_so(
     assert _subscribers(root) == ["other"]
 
 
+def test_a_member_ended_elsewhere_stops_within_seconds_while_the_group_s_messages_flow(
+    root: Path,
+) -> None:
+    """A share group outlives a member that `boxmq unsubscribe` ended: the run of that member
+    looked for its end only when no message came for a quarter of a second, so while the
+    group's messages flowed it went on taking a share of them (every one, here) as a member
+    of nothing, until the flow stopped. Every message is printed by the run or waits for the
+    group's other member, none locked to the member that left."""
+    ok(root, "subscribe", "$share/g/news/#", "--name", "other", "--keep", "--idle", "0")
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "--fsync", "never"]
+    command += ["subscribe", "$share/g/news/#", "--name", "live"]
+    published = 0
+    with (
+        boxmq.open(root, fsync="never") as box,
+        subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as sub,
+    ):
+        try:
+            assert sub.stdout is not None
+            output = Drained(sub.stdout)  # counted at the end: a full pipe would stop it
+            while not box.topics.has_subscription("$share/g/news/#", "live"):
+                assert sub.poll() is None, "the run never joined"
+                time.sleep(0.05)
+            ok(root, "unsubscribe", "$share/g/news/#", "--name", "live")
+            ended = time.monotonic()
+            # A message every 50 ms, for 20 s at most: the old run stopped only after them.
+            while sub.poll() is None and time.monotonic() - ended < 20:
+                box.publish("news/a", str(published))
+                published += 1
+                time.sleep(0.05)
+            assert sub.wait(timeout=30) == 1
+            assert time.monotonic() - ended < 5, "it read on while the messages came"
+        finally:
+            if sub.poll() is None:
+                sub.kill()
+                sub.wait(timeout=30)
+    [row] = json.loads(ok(root, "--json", "ls"))["subscriptions"]
+    assert (row["subscriber"], row["locked"]) == ("other", 0)
+    assert len(output.text().splitlines()) == row["done"]  # each printed line acked, once
+    assert row["ready"] + row["done"] == published
+
+
 def test_subscribe_errors_name_the_command_not_the_subscriber(root: Path) -> None:
     done = boxmq_cli(root, "subscribe", "a/#/b", "--name", "dash")  # '#' must come last
     assert done.returncode == 1
