@@ -793,3 +793,54 @@ def test_puts_of_two_processes_taking_turns_go_out_in_the_order_they_were_put(
         other.stdout.close()
     out_of_order = [(a, b) for a, b in itertools.pairwise(bodies) if a > b]
     assert not out_of_order, f"{len(out_of_order)} out of FIFO order, e.g. {out_of_order[:5]}"
+
+
+# Member m1 of $share/g/h/# (max_in_flight=2), waiting in receive for argv[2] seconds: prints
+# "reading" once it joined, then the body of each message it received (and acked), and "end".
+_MEMBER_READING = """
+import sys, time
+import boxmq
+with boxmq.open(sys.argv[1], fsync="never") as box:
+    member = box.subscribe("$share/g/h/#", "m1", max_in_flight=2)
+    print("reading", flush=True)
+    deadline = time.monotonic() + float(sys.argv[2])
+    while (left := deadline - time.monotonic()) > 0:
+        message = member.receive(timeout=left)
+        if message is not None:
+            print(message.body.decode(), flush=True)
+            message.ack()
+print("end", flush=True)
+"""
+
+
+def test_a_member_ended_from_another_process_takes_no_more_of_the_group_s_messages(
+    root: Path, script: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """A process waits in receive as member m1 of a share group; another ends m1
+    (`unsubscribe`) while m2 keeps the group, then publishes: within a second m1's Subscriber
+    sees its membership gone, takes nothing more (its receive returns None, as a plain
+    subscription's ended elsewhere does), and the group's messages go to m2. It read on, and
+    took them from m2, as a member of nothing (findings F3, stop 62)."""
+    reading_for = 6.0  # s: past the look for the end (1 s) and the publish
+    with boxmq.open(root, fsync="never") as box:
+        m2 = box.subscribe("$share/g/h/#", "m2", max_in_flight=2)
+        m2.pause()  # a member, taking nothing yet: on the old code m1 took them all
+        m1 = script(_MEMBER_READING, str(root), str(reading_for))
+        wait_for_line(m1, "reading")
+        assert box.unsubscribe("$share/g/h/#", "m1")
+        time.sleep(2.0)  # past m1's look for its end, which comes at most once a second
+        for index in range(2):
+            box.publish("h/a", str(index))
+        said, _ = m1.communicate(timeout=SAID_WITHIN)  # m1 alone reads until it ends
+        m2.resume()
+        got: list[tuple[str, int]] = []
+        end = time.monotonic() + SAID_WITHIN
+        while len(got) < 2 and (left := end - time.monotonic()) > 0:
+            message = m2.receive(timeout=left)
+            if message is not None:
+                got.append((message.body.decode(), message.delivery_count))
+                message.ack()
+        m2.close()
+    assert m1.returncode == 0
+    assert said.split() == ["end"], "m1 took the group's messages after it was ended"
+    assert sorted(got) == [("0", 1), ("1", 1)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Final
 
 from boxmq.client.consumer import Consumer
 from boxmq.client.copies import at_qos
@@ -19,6 +20,10 @@ from boxmq.model import QOS, ConsumerId, MessageId
 from boxmq.store.v5_properties import V5Reader
 
 __all__ = ["Subscriber"]
+
+# Seconds between a share-group member's looks for its end (one file's stat each): how long it
+# may go on taking the group's messages once another process ended its membership.
+_END_LOOK: Final = 1.0
 
 
 class Subscriber(Receiver):
@@ -35,6 +40,7 @@ class Subscriber(Receiver):
         v5: V5Reader | None = None,
         granted: Callable[[], QoS | None] | None = None,
         now: Callable[[], float] | None = None,
+        still_member: Callable[[], bool] | None = None,
     ) -> None:
         self.filter = filter
         self._now = now  # a memory subscription's clock: what expired waiting is dropped
@@ -52,11 +58,20 @@ class Subscriber(Receiver):
         self._inbox = inbox
         self._on_close = on_close
         self._closed = False
+        # A share-group member's look at its membership: the group outlives a member another
+        # process ended (`unsubscribe`), and its messages went on coming here, taken from its
+        # members. Once ended, it is paused for good (`_look_for_end`).
+        self._still_member = still_member
+        self._ended = False
+        self._looked = time.monotonic()
 
     def receive(self, timeout: float | None = None) -> Message | None:
         if self._consumer is not None:
             try:
-                message = self._consumer.receive(timeout)
+                if self._still_member is None:
+                    message = self._consumer.receive(timeout)
+                else:
+                    message = self._receive_as_member(self._consumer, timeout)
             except Closed as error:
                 raise self._closed_error(error) from None
             if message is None or self._granted is None:
@@ -85,8 +100,45 @@ class Subscriber(Receiver):
             self._v5,
         )
 
+    def _receive_as_member(self, consumer: Consumer, timeout: float | None) -> Message | None:
+        """`consumer.receive(timeout)`, its wait cut at each look for the member's end: a
+        receive that waits on takes nothing more than a second after the end. Once ended, the
+        consumer is paused: its receive waits out `timeout` and returns None, as a plain
+        subscription's does once another process ended it (nothing comes to its folder)."""
+        timeout = check_wait(timeout)  # before the arithmetic: a NaN or a str is refused
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            self._look_for_end(now)
+            left = None if end is None else max(0.0, end - now)
+            if self._ended:
+                return consumer.receive(left)
+            until_look = self._looked + _END_LOOK - now
+            message = consumer.receive(until_look if left is None else min(until_look, left))
+            if message is not None or left == 0.0:
+                return message
+            if end is not None and time.monotonic() >= end:
+                return None
+
+    def _look_for_end(self, now: float) -> None:
+        """A member's look for its end, once a second at most (not one per message: a share
+        group's flow reads nothing more than before); `now`: time.monotonic()."""
+        if self._ended or now - self._looked < _END_LOOK:
+            return
+        self._looked = now
+        assert self._still_member is not None
+        assert self._consumer is not None
+        if not self._still_member():
+            self._ended = True
+            # What was claimed for it and not received goes back to the group's members, its
+            # delivery not counted; what it received stays its own to settle, as a pause
+            # leaves it (the unsubscribe released only the locks that name no process).
+            self._consumer.pause()
+
     def receive_ready(self, *, most: int | None = None) -> list[Message]:
         if self._consumer is not None:
+            if self._still_member is not None:
+                self._look_for_end(time.monotonic())
             try:
                 ready = self._consumer.receive_ready(most=most)
             except Closed as error:
@@ -131,7 +183,8 @@ class Subscriber(Receiver):
             self._consumer.pause(keep_claimed=keep_claimed)
 
     def resume(self) -> None:
-        if self._consumer is not None:
+        """A member that another process ended stays paused: it is in the group no more."""
+        if self._consumer is not None and not self._ended:
             self._consumer.resume()
 
     def rest(self) -> None:

@@ -270,6 +270,9 @@ class Topics(Publisher):
             consumer=consumer,
             on_close=lambda: self._left(parsed, name, path),
             granted=self._granted_to(path, name, subscription.qos) if parsed.shared else None,
+            # One look at its member's file: another process may end the membership while the
+            # group lives on (`unsubscribe`), and the Subscriber then stops taking its messages.
+            still_member=(lambda: layout.is_member(path, name)) if parsed.shared else None,
         )
 
     def resubscribe(
