@@ -1608,3 +1608,27 @@ def test_a_publication_nobody_gets_writes_no_side_file_for_its_long_properties(
         got = subscriber.receive(timeout=5)
         assert got is not None
         assert got.properties == long
+
+
+def test_a_member_ended_and_made_again_in_place_takes_the_group_s_messages_again(
+    box: boxmq.Box,
+) -> None:
+    """A member ended while its Subscriber reads takes no more of the group's messages once
+    its look (once a second) saw the end; made a member again in place (an MQTT client's
+    SUBSCRIBE again after `box.unsubscribe` under its name: `Topics.resubscribe`, which keeps
+    the Subscriber) it takes them again, the one it never took first, its delivery its first."""
+    filter = "$share/g/h/#"
+    m1 = box.subscribe(filter, "m1")
+    m2 = box.subscribe(filter, "m2")
+    m2.pause()  # the group lives on, taking nothing
+    assert box.unsubscribe(filter, "m1")
+    assert m1.receive(timeout=1.5) is None  # its look at the membership comes within it
+    box.publish("h/a", "0")
+    assert m1.receive(timeout=1.5) is None, "an ended member took the group's message"
+    box.topics.resubscribe(filter, "m1")
+    message = m1.receive(timeout=5)
+    assert message is not None
+    assert (message.text(), message.delivery_count) == ("0", 1)
+    message.ack()
+    m1.close()
+    m2.close()

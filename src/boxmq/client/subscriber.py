@@ -60,10 +60,11 @@ class Subscriber(Receiver):
         self._closed = False
         # A share-group member's look at its membership: the group outlives a member another
         # process ended (`unsubscribe`), and its messages went on coming here, taken from its
-        # members. Once ended, it is paused for good (`_look_for_end`).
+        # members. Ended, it is paused until it is a member again (`_look_at_membership`).
         self._still_member = still_member
         self._ended = False
         self._looked = time.monotonic()
+        self._paused = False  # by its caller (`pause`): a member again stays paused then
 
     def receive(self, timeout: float | None = None) -> Message | None:
         if self._consumer is not None:
@@ -101,18 +102,17 @@ class Subscriber(Receiver):
         )
 
     def _receive_as_member(self, consumer: Consumer, timeout: float | None) -> Message | None:
-        """`consumer.receive(timeout)`, its wait cut at each look for the member's end: a
-        receive that waits on takes nothing more than a second after the end. Once ended, the
+        """`consumer.receive(timeout)`, its wait cut at each look at the membership: a
+        receive that waits on takes nothing more than a second after the end. Ended, the
         consumer is paused: its receive waits out `timeout` and returns None, as a plain
         subscription's does once another process ended it (nothing comes to its folder)."""
         timeout = check_wait(timeout)  # before the arithmetic: a NaN or a str is refused
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             now = time.monotonic()
-            self._look_for_end(now)
+            if now - self._looked >= _END_LOOK:
+                self._look_at_membership(now)
             left = None if end is None else max(0.0, end - now)
-            if self._ended:
-                return consumer.receive(left)
             until_look = self._looked + _END_LOOK - now
             message = consumer.receive(until_look if left is None else min(until_look, left))
             if message is not None or left == 0.0:
@@ -120,25 +120,34 @@ class Subscriber(Receiver):
             if end is not None and time.monotonic() >= end:
                 return None
 
-    def _look_for_end(self, now: float) -> None:
-        """A member's look for its end, once a second at most (not one per message: a share
-        group's flow reads nothing more than before); `now`: time.monotonic()."""
-        if self._ended or now - self._looked < _END_LOOK:
-            return
+    def _look_at_membership(self, now: float) -> None:
+        """A member's look at its member file (`now`: time.monotonic()), once a second at
+        most while it is one (not one per message: a share group's flow reads nothing more
+        than before): ended, it is paused; a member again (made again by another process,
+        or an MQTT client's SUBSCRIBE again, `Topics.resubscribe`, which keeps this
+        Subscriber), it takes the group's messages again, unless its caller paused it."""
         self._looked = now
         assert self._still_member is not None
         assert self._consumer is not None
-        if not self._still_member():
-            self._ended = True
+        ended = not self._still_member()
+        if ended == self._ended:
+            return
+        self._ended = ended
+        if ended:
             # What was claimed for it and not received goes back to the group's members, its
             # delivery not counted; what it received stays its own to settle, as a pause
             # leaves it (the unsubscribe released only the locks that name no process).
             self._consumer.pause()
+        elif not self._paused:
+            self._consumer.resume()
 
     def receive_ready(self, *, most: int | None = None) -> list[Message]:
         if self._consumer is not None:
-            if self._still_member is not None:
-                self._look_for_end(time.monotonic())
+            # Ended, a look at each call: a broker pumps it only when told of news, and an
+            # MQTT client's SUBSCRIBE again makes it a member again.
+            now = time.monotonic()
+            if self._still_member is not None and (self._ended or now - self._looked >= _END_LOOK):
+                self._look_at_membership(now)
             try:
                 ready = self._consumer.receive_ready(most=most)
             except Closed as error:
@@ -180,10 +189,12 @@ class Subscriber(Receiver):
         as the messages a subscriber with process_bound=False took back at its subscribe."""
         check_flag("keep_claimed", keep_claimed)
         if self._consumer is not None:
+            self._paused = True
             self._consumer.pause(keep_claimed=keep_claimed)
 
     def resume(self) -> None:
-        """A member that another process ended stays paused: it is in the group no more."""
+        """A member that another process ended stays paused until it is a member again."""
+        self._paused = False
         if self._consumer is not None and not self._ended:
             self._consumer.resume()
 
