@@ -116,14 +116,20 @@ def test_a_consumer_made_before_the_fork_is_refused_in_the_child(tmp_path: Path)
         consumer = jobs.consumer("parent")
         held = consumer.receive(timeout=5)
         assert held is not None
+        subscriber = box.subscribe("a/#", "parent")  # its consumer's words say why, not its own
 
         def misuse() -> None:
+            assert consumer.made_before_fork()
             with pytest.raises(boxmq.Closed, match="before this process was forked"):
                 consumer.receive(timeout=0)
             with pytest.raises(boxmq.Closed, match="before this process was forked"):
                 held.ack()
+            with pytest.raises(boxmq.Closed, match="before this process was forked"):
+                subscriber.receive(timeout=0)
 
         assert waited(in_child(misuse)) == 0
+        assert not consumer.made_before_fork()
+        subscriber.close()
         assert len(os.listdir(tmp_path / "jobs" / "processing")) == 1  # still the parent's
         held.ack()
         consumer.close()

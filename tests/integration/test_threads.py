@@ -4,6 +4,7 @@ two threads; a close during a group commit. Every wait is bounded: a hang fails 
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -288,3 +289,31 @@ def test_with_forms_whose_body_raises_close_and_give_the_message_back(tmp_path: 
         raised.value.args[0].put("more")
     with boxmq.open(tmp_path) as box:
         assert box.queue("jobs").counts().ready == 1
+
+
+@pytest.mark.parametrize("filter", ["a/b", "$share/g/a/b"])
+@pytest.mark.parametrize("ended_by", ["unsubscribe", "box.close"])
+def test_a_subscriber_ended_by_another_thread_says_it_is_a_closed_subscriber_of_its_filter(
+    tmp_path: Path, filter: str, ended_by: str
+) -> None:
+    """Not "consumer 's' of '<root>/topic-root/a%2Fb/.subscriptions/client.s' is closed", as
+    `subscriber.close()` already words it."""
+    said = f"^subscriber 's' of {re.escape(repr(filter))} is closed$"
+    with _open(tmp_path) as box:  # closed a second time by the `with` when ended_by closed it
+        subscriber = box.subscribe(filter, "s")
+        waiting = _blocked(lambda: subscriber.receive(timeout=30))
+        if ended_by == "unsubscribe":
+            assert box.unsubscribe(filter, "s")
+        else:
+            box.close()
+        waiting.join()
+        assert isinstance(waiting.raised, boxmq.Closed)
+        assert re.match(said, str(waiting.raised))
+        for call in (
+            lambda: subscriber.receive(timeout=0),
+            subscriber.receive_ready,
+            lambda: subscriber.set_limits(max_in_flight=2, lock_timeout=5),
+        ):
+            with pytest.raises(boxmq.Closed, match=said):
+                call()
+        assert list(subscriber) == []

@@ -67,6 +67,10 @@ class Consumer(Receiver):
         """Whether a receive might get something no news told of (LiveQueue.has_more)."""
         return self._live.has_more(self.name)
 
+    def made_before_fork(self) -> bool:
+        """Whether we are the parent's, in a forked child: what we raise then says so."""
+        return self._live.forked
+
     def close(self, *, keep_locks: bool = False) -> None:
         """keep_locks: for a consumer that outlives its process (a subscriber with
         process_bound=False), what it received stays locked to it, on disk."""

@@ -440,6 +440,11 @@ class LiveQueue(Outliving):
             self.tell()  # back in target/: for any consumer, now or at its delay's end
         return effect
 
+    @property
+    def forked(self) -> bool:
+        """Whether this is the parent's queue in a forked child (abandon_in_child)."""
+        return self._forked
+
     def abandon_in_child(self) -> None:
         """In a forked child: this queue's locks and watcher are the parent's. Stop watching
         (the parent keeps every event) and refuse every use, without releasing a lock on

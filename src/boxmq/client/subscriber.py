@@ -175,10 +175,11 @@ class Subscriber(Receiver):
             raise self._closed_error(error) from None
 
     def _closed_error(self, error: Closed) -> Closed:
-        """`error`, its consumer's, in the words of a subscriber once it was closed: the
-        consumer's named a consumer and the subscription's folder. The Box's or a fork's
-        stays as it is: its own words say why."""
-        if not self._closed:
+        """`error`, its consumer's, in the words of a subscriber: the consumer's named a
+        consumer and the subscription's folder, whether the subscriber was closed, its
+        subscription ended by an unsubscribe (another thread's, say) or its Box closed. A
+        fork's stays as it is: its own words say why."""
+        if self._consumer is not None and self._consumer.made_before_fork():
             return error
         return Closed(f"subscriber {self.name!r} of {str(self.filter)!r} is closed")
 
