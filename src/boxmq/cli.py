@@ -20,7 +20,7 @@ from boxmq import cli_output as output
 from boxmq.cli_args import Default, joined_negative_durations, no_home_folder
 from boxmq.client import Box, mqtt_fields
 from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound
-from boxmq.log_lines import one_line
+from boxmq.log_lines import FORMAT, one_line
 from boxmq.model import Property
 from boxmq.store.layout import in_the_way
 from boxmq.store.v5_properties import CORRELATION_DATA, RESPONSE_TOPIC
@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if (check := _USAGE_CHECKS.get(args.name)) is not None:
         check(args)  # a usage error exits (2) here, before anything is opened
     log = logging.StreamHandler(sys.stderr)
-    log.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.setFormatter(OneLineFormatter(FORMAT))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[log])
     if sys.stdout is None and args.name != "serve":  # `>&-`: fd 1 closed, print() a no-op
         # Refused before anything is done: `subscribe` would ack each message it never

@@ -19,7 +19,11 @@ import traceback
 from collections.abc import Iterator
 from typing import Final
 
-__all__ = ["LOGGERS", "install", "one_line"]
+__all__ = ["FORMAT", "LOGGERS", "install", "one_line"]
+
+# How boxmq's own handlers write a record (the CLI's, and a Spark stream's runner process's):
+# its time, its level, its logger, then its message.
+FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 # Every logger boxmq's modules log to (tests/unit/test_log_lines.py checks the list).
 LOGGERS: Final = (

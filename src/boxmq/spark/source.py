@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 import boxmq
+from boxmq import log_lines
 from boxmq.errors import InvalidArgument
 from boxmq.spark.claims import Budget, Claims
 from boxmq.spark.options import (
@@ -178,9 +179,6 @@ def _what(reads: Mapping[str, Any]) -> str:
     return f"{kind} {reads.get(kind)!r} as consumer {reads.get('consumer')!r}"
 
 
-_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # as the CLI's
-
-
 def _say_on_the_drivers_stderr() -> None:
     """Let this process's boxmq log records reach its standard error, from INFO on.
 
@@ -194,7 +192,7 @@ def _say_on_the_drivers_stderr() -> None:
     if boxmq_log.handlers or logging.getLogger().handlers:
         return
     handler = logging.StreamHandler()  # sys.stderr
-    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    handler.setFormatter(logging.Formatter(log_lines.FORMAT))
     boxmq_log.addHandler(handler)
     if boxmq_log.level == logging.NOTSET:
         boxmq_log.setLevel(logging.INFO)
