@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from boxmq.core.filter_relations import covers, overlaps
 from boxmq.core.topics import SHARE_PREFIX, matches, parse_filter, validate_filter
@@ -56,6 +56,9 @@ _LONGEST_KEPT: Final = 256
 _LOOK_EVERY: Final = 1.0
 
 log = logging.getLogger("boxmq.mqtt")
+
+_Key = TypeVar("_Key", bound=tuple[object, ...])
+_Kept = TypeVar("_Kept")
 
 
 class Access(Enum):
@@ -187,10 +190,7 @@ class Acl:
         decided = self._decisions.get(key)
         if decided is None:
             decided = rule(key[1], key[2], key[3])
-            if len(key[1] or "") + len(key[2]) + len(key[3]) <= _LONGEST_KEPT:
-                if len(self._decisions) >= _DECISIONS_KEPT:
-                    self._decisions.clear()
-                self._decisions[key] = decided
+            _keep(self._decisions, key, decided, _DECISIONS_KEPT)
         if not decided:  # a refusal, which a rule added to the file since may have lifted
             self._tell_if_changed()
         return decided
@@ -216,10 +216,7 @@ class Acl:
         rules = self._client_rules.get(key)
         if rules is None:
             rules = tuple(self._rules_for(username, client_id))
-            if len(username or "") + len(client_id) <= _LONGEST_KEPT:
-                if len(self._client_rules) >= _CLIENTS_KEPT:
-                    self._client_rules.clear()
-                self._client_rules[key] = rules
+            _keep(self._client_rules, key, rules, _CLIENTS_KEPT)
         return rules
 
     def _rules_for(self, username: str | None, client_id: str) -> Iterable[Rule]:
@@ -228,6 +225,17 @@ class Acl:
             concrete = _substitute(rule, username, client_id)
             if concrete is not None:
                 yield concrete
+
+
+def _keep(kept: dict[_Key, _Kept], key: _Key, value: _Kept, most: int) -> None:
+    """`value` kept under `key` in `kept`, emptied first once it holds `most`; not kept when
+    the key's texts are together longer than _LONGEST_KEPT, to bound the memory a client's
+    long topics or ids could fill."""
+    if sum(len(part) for part in key if isinstance(part, str)) > _LONGEST_KEPT:
+        return
+    if len(kept) >= most:
+        kept.clear()
+    kept[key] = value
 
 
 def _unknown_keyword(keyword: str, line: str) -> str:
@@ -312,6 +320,7 @@ def _filled_in(template: str, username: str | None, client_id: str) -> str | Non
     if "%u" in template and username is None:
         return None
     values = {"%u": username or "", "%c": client_id}
+    # One pass, so that a user name holding "%c" is not substituted again.
     return _PLACEHOLDER.sub(lambda m: values[m[0]], template)
 
 
@@ -325,6 +334,7 @@ def substitute(template: str, username: str | None, client_id: str) -> str | Non
     needed = [values[p] for p in PLACEHOLDERS if p in template]
     if any(not value or any(c in value for c in _UNSAFE_IN_VALUE) for value in needed):
         return None
-    # One pass, so that a user name holding "%c" is not substituted again.
-    text = _PLACEHOLDER.sub(lambda m: values[m[0]] or "", template)
-    return None if text.startswith("$") and not template.startswith("$") else text
+    text = _filled_in(template, username, client_id)
+    if text is None or (text.startswith("$") and not template.startswith("$")):
+        return None
+    return text
