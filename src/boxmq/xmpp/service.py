@@ -161,13 +161,19 @@ class QueueService:
         self._now = now
         self._reliable = ReliableSender(sender=domain, send=send)
         self._sys_lines: RefusalLines[str] = RefusalLines()  # $SYS subscribes, by bare JID
+        # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
+        # item leaves room for its event's envelope. What a client sends within its own limit
+        # (256 KiB) may not fit once stored as XML: publishing.py's storable.
+        self._stanza_size_limit = stanza_size_limit
+        self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
+        self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
         # Every answer to an iq or a message, within the stanza size limit (answers.py)
         self._answers = Answers(send=send, stanza_size_limit=stanza_size_limit, now=now)
         # This batch's publishes, put at its end (flush), and what the disk refused of it
         self._publishing = Publishing(
             box,
             self._answers,
-            max_item=stanza_size_limit - ENVELOPE,
+            max_item=self._max_item,
             queue=self._queue,
             is_queue=self._is_queue,
             deleted_elsewhere=self._deleted_elsewhere,
@@ -188,12 +194,6 @@ class QueueService:
         self._given_back: dict[tuple[str, str], dict[str, float]] = {}
         self._next_deleted_check = 0.0
         self._closed = False  # stopping: see iq
-        # A bigger stanza from the component ends its stream (Prosody: not-well-formed). An
-        # item leaves room for its event's envelope. What a client sends within its own limit
-        # (256 KiB) may not fit once stored as XML: publishing.py's storable.
-        self._stanza_size_limit = stanza_size_limit
-        self._max_item = stanza_size_limit - ENVELOPE  # bytes of <item>...</item>
-        self._surely_fits = self._max_item // 4  # characters: 4 bytes each at most in UTF-8
         self._nodes = NodeAdmin(
             box,
             self._queues,
