@@ -85,14 +85,8 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
                 ),
             )
         idle_until = None if args.idle is None else time.monotonic() + args.idle
-        looked = time.monotonic()
         try:
             while stop.signum is None and (args.count is None or received < args.count):
-                # A share group outlives a member ended elsewhere, and its messages go on
-                # coming to this run: looked for each second too, not only when none came.
-                if time.monotonic() - looked >= _END_LOOK:
-                    _stop_if_ended(box, args)
-                    looked = time.monotonic()
                 # In slices, so that a signal is seen between two of the library's steps.
                 wait = _STOP_SLICE
                 if idle_until is not None:
@@ -102,7 +96,6 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
                     if idle_until is not None and time.monotonic() >= idle_until:
                         break
                     _stop_if_ended(box, args)
-                    looked = time.monotonic()
                     continue
                 with stop.at_once():  # a write blocked on a full pipe ends at a signal
                     _print_message(args, message)
@@ -132,14 +125,13 @@ def subscribe(args: argparse.Namespace, box: Box) -> int:
 
 
 _STOP_SLICE = 0.25  # seconds: how long a signal may wait for a subscribe waiting for messages
-_END_LOOK = 1.0  # seconds: how long a run may read on once `boxmq unsubscribe` ended it (cli.md)
 
 
 def _stop_if_ended(box: Box, args: argparse.Namespace) -> None:
-    """QueueNotFound once `boxmq unsubscribe` from another shell ended what this run reads:
-    a plain subscription gets nothing any more, and the run would wait for it, forever
-    without --idle; a share group's messages go on coming to a member that is one no more,
-    taken from the group's members."""
+    """QueueNotFound once `boxmq unsubscribe` from another shell ended what this run reads,
+    asked when nothing came: a plain subscription gets nothing any more, and a share group's
+    member ended so gets nothing either once its Subscriber saw the end (within a second:
+    client/subscriber.py), and the run would wait for it, forever without --idle."""
     if not box.topics.has_subscription(args.filter, args.subscriber):
         raise QueueNotFound(
             f"{output.of(args.filter, args.subscriber)} was ended while this "
