@@ -705,8 +705,11 @@ class AssuredIntake:
         assert pending.queue is not None
         path = queue_path(self._root, pending.queue)
         name = os.path.basename(pending.path)
-        if not os.path.isdir(path) or targets_aside([path]):
-            return Move(pending.path, os.path.join(path, State.TARGET.value, name))
+        target = os.path.join(path, State.TARGET.value)
+        # One stat where target/ is there, as it nearly always is; the queue's folder is
+        # looked at only when it is not.
+        if not os.path.isdir(target) and (not os.path.isdir(path) or target_moved_aside(path)):
+            return Move(pending.path, os.path.join(target, name))
         return Move(pending.path, Dropbox(path, self._committer).file(State.TARGET, name))
 
     @staticmethod
