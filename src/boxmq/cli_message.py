@@ -10,12 +10,13 @@ import errno
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 from boxmq import cli_dropbox
 from boxmq import cli_output as output
 from boxmq.client import Box, Message, Queue
 from boxmq.client.lifecycle import shown
+from boxmq.client.sweeps import SweepLimits
 from boxmq.core.topics import validate_topic
 from boxmq.errors import (
     BoxMQError,
@@ -264,6 +265,10 @@ def settle(verb: str) -> Callable[[argparse.Namespace, Box], int]:
     return run
 
 
+# How long a sweep leaves a claim made outside boxmq in processing/, in the sweeps' own figure.
+_FOREIGN_LOCK_MINUTES: Final = SweepLimits().foreign_lock_timeout / 60
+
+
 def _not_received(args: argparse.Namespace, queue: Queue) -> str:
     """What a settle refused Forbidden says. Ready, or its lock ended: nobody holds it, and
     XEP-0254's "did not receive" alone left a user wondering what to do (`ack` of an id `put`
@@ -275,7 +280,7 @@ def _not_received(args: argparse.Namespace, queue: Queue) -> str:
         return (
             f"{refused}, which a consumer outside boxmq holds (a script's or DropboxMQ's: its "
             "file is in processing/ with no lock in its name): it settles it, or a sweep gives "
-            "it back to target/ 5 minutes after its claim"
+            f"it back to target/ {_FOREIGN_LOCK_MINUTES:g} minutes after its claim"
         )
     get = cli_dropbox.command_line(args, "get")
     return (
