@@ -490,9 +490,10 @@ class Broker:
 
     def _look_at(self, client: Client, now: float) -> None:
         """The timer's look at a connection whose time came (`_timers`): closed if it sent no
-        CONNECT in time, or nothing for 1.5 keep-alive periods; else looked at again when
-        that can be over. Every read moves a keep-alive's end (`Connection.last_heard`),
-        not this time: a client heard since is looked at once per period, not per read."""
+        CONNECT in time, or no whole packet for 1.5 keep-alive periods; else looked at again
+        when that can be over. Every read that ends a packet moves a keep-alive's end
+        (`Connection.last_heard`), not this time: a client heard since is looked at once per
+        period, not per read."""
         if client.session is None:
             # From the opening, not the last byte: a socket that trickles a byte at a
             # time must not hold its slot forever. One whose CONNECT came and waits for

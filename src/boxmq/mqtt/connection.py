@@ -165,9 +165,12 @@ class Connection:
         `ShortAck`: a bad packet raises only once those before it were taken, so a server
         acts on them as it would have had they come alone. A view is copied before this
         returns: its buffer may take the next read at once."""
-        self.last_heard = now
+        # The keep-alive counts control packets (MQTT-3.1.2-22), not bytes: a read is heard
+        # when it brings a packet's last byte, so a client trickling the bytes of a packet it
+        # never finishes (a slowloris) is closed in time, as mosquitto closes it.
+        if self._reader.receive(data):
+            self.last_heard = now
         self.bytes_received += len(data)
-        self._reader.receive(data)
         frames = self._reader.frames()
         if self.version is None:
             frames = self._before_connect(frames)

@@ -196,14 +196,32 @@ class FrameReader:
         self.shortest = True
         self.longer = False
 
-    def receive(self, data: bytes | bytearray | memoryview) -> None:
-        if data:
-            self._later.append(bytes(data))  # no copy for bytes; a view's buffer is reused
-            self._later_size += len(data)
+    def receive(self, data: bytes | bytearray | memoryview) -> bool:
+        """Keep `data`; whether it brought the last byte of a packet (a whole frame waits),
+        which is what a keep-alive counts. Most reads start with a whole small packet, told
+        from their first two bytes; the others ask `holds_a_frame`."""
+        if not data:
+            return False
+        waiting = self._later_size or self._pos != len(self._buffer)
+        self._later.append(bytes(data))  # no copy for bytes; a view's buffer is reused
+        self._later_size += len(data)
+        if not waiting and len(data) > 1 and data[1] < 0x80:
+            return len(data) >= data[1] + 2
+        return self.holds_a_frame()
 
     def buffered(self) -> int:
         """How many bytes wait for the rest of their packet."""
         return len(self._buffer) - self._pos + self._later_size
+
+    def holds_a_frame(self) -> bool:
+        """Whether a whole frame waits to be taken by `frames`: the last byte of a packet
+        came. A Remaining Length that cannot be read counts as whole: `frames` raises it in
+        its turn, after the frames before it."""
+        try:
+            header = remaining_length(self.head(5), 0, self.shortest)
+        except MalformedPacket:
+            return True
+        return header is not None and self.buffered() >= header[0] + header[1]
 
     def frames(self) -> Iterator[Frame]:
         """The whole frames received, one at a time; each counted in `frames_read` as it is

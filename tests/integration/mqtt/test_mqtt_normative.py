@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import select
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -1014,6 +1015,41 @@ def test_a_v5_client_silent_for_one_and_a_half_keep_alives_is_closed(tmp_path: P
         clock.advance(0.2)
         assert until_closed(sock) == [(0xE0, b"\x8d")]
         assert _payload(watcher) == b"x"
+
+
+def test_a_client_that_trickles_an_unfinished_packet_is_closed_at_its_keep_alive(
+    tmp_path: Path,
+) -> None:
+    """MQTT-3.1.2-22 counts control packets, not bytes: a client that sends a PUBLISH a few
+    bytes at a time (a slowloris) and never finishes it is closed 1.5 keep-alive periods
+    (30 s here, so 45 s) after its last whole packet, its CONNECT, with DISCONNECT 0x8D, as
+    mosquitto closes it; one whose slow PUBLISH is whole at 44 s is heard then, and stands
+    until 89 s. The broker's clock moves when the test says."""
+    clock = ManualClock()
+    message = publish("t", b"x" * 40, qos=1, packet_id=1)
+    with (
+        start_server(tmp_path / "root", clock=clock) as running,
+        socket.create_connection((running.host, running.port), timeout=WAIT) as trickler,
+        socket.create_connection((running.host, running.port), timeout=WAIT) as finisher,
+    ):
+        for sock, client_id in ((trickler, "trickler"), (finisher, "finisher")):
+            sock.sendall(connect_packet(client_id, clean=True))  # Keep Alive 30 s
+            assert read(sock)[0] == 0x20
+        clock.advance(30)
+        for sock in (trickler, finisher):
+            sock.sendall(message[:10])
+        time.sleep(0.3)  # read at 30 s: before the fix, heard then
+        clock.advance(14)
+        trickler.sendall(message[10:11])
+        finisher.sendall(message[10:])
+        assert read(finisher) == (0x40, b"\x00\x01")  # PUBACK: whole at 44 s
+        clock.advance(1.2)
+        assert until_closed(trickler) == [(0xE0, b"\x8d")]
+        assert nothing(finisher)
+        clock.advance(43.7)
+        assert nothing(finisher)
+        clock.advance(0.3)
+        assert until_closed(finisher) == [(0xE0, b"\x8d")]
 
 
 def test_each_answer_carries_the_packet_id_it_answers(server: RunningServer) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable
 
 import mqtt5
@@ -190,6 +191,55 @@ def test_keep_alive_deadline_is_one_and_a_half_periods() -> None:
     connection.keep_alive = 10
     connection.receive(b"\xc0\x00", now=100)  # PINGREQ
     assert connection.deadline() == 115
+
+
+def test_the_bytes_of_an_unfinished_packet_do_not_count_as_heard() -> None:
+    """MQTT-3.1.2-22 counts control packets: a client that sends a packet a few bytes at a
+    time (a slowloris) is heard when the packet is whole, not at each of its bytes."""
+    connection = _connected()
+    connection.keep_alive = 10
+    long = encode(Publish("a/b", b"x" * 200), V5)  # a Remaining Length of two bytes
+    assert connection.receive(long[:1], now=100) == []
+    assert connection.receive(long[1:3], now=101) == []
+    assert connection.deadline() == 15  # still the CONNECT's, at 0
+    assert len(connection.receive(long[3:], now=102)) == 1
+    assert connection.deadline() == 117
+    assert len(connection.receive(b"\xc0\x00" + long[:5], now=103)) == 1  # PINGREQ, a start
+    assert connection.deadline() == 118
+    assert connection.receive(long[5:-1], now=110) == []
+    assert connection.deadline() == 118
+
+
+_STREAM = [
+    encode(packet, V5)
+    for packet in (
+        Publish("t", b"small"),
+        Publish("a/longer/topic", b"y" * 300),
+        Publish("t", b""),
+        Publish("big", b"z" * 20_000),  # a Remaining Length of three bytes
+    )
+]
+
+
+@given(cuts=st.sets(st.integers(1, sum(map(len, _STREAM)) - 1), max_size=40))
+def test_the_keep_alive_runs_from_the_read_that_finished_the_last_packet(cuts: set[int]) -> None:
+    """Whatever reads a stream of packets comes in, the keep-alive's deadline is 1.5 periods
+    after the read that brought the last byte of the last whole packet."""
+    connection = Connection(
+        max_packet_size=1 << 20, receive_maximum=2, topic_alias_maximum=4, now=0
+    )
+    connection.receive(encode(Connect("c", V5), V5), now=0)
+    connection.accepted = True
+    connection.keep_alive = 10
+    data = b"".join(_STREAM)
+    ends = list(itertools.accumulate(map(len, _STREAM)))
+    heard, start = 0, 0
+    for now, stop in enumerate([*sorted(cuts), len(data)], start=1):
+        connection.receive(data[start:stop], now=now)
+        if any(start < end <= stop for end in ends):
+            heard = now
+        assert connection.deadline() == heard + 15
+        start = stop
 
 
 def test_publishes_over_the_clients_maximum_packet_size_are_not_sent() -> None:
