@@ -26,6 +26,7 @@ from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
     Received,
     connect_packet,
+    nothing,
     open_raw,
     packet,
     puback,
@@ -369,6 +370,42 @@ def test_a_qos2_message_in_flight_goes_again_at_qos2_after_a_downgrade_and_a_kil
         assert present
         kind, body = read(device)
         assert (kind, publish_fields(body)) == (0x3C, held)  # QoS 2 again, DUP
+        device.close()
+    finally:
+        stop(server)
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_message_in_flight_goes_again_at_its_qos_after_a_downgrade_to_qos0_and_a_restart(
+    tmp_path: Path, qos: int
+) -> None:
+    """The device was sent a QoS 1 or 2 message it did not answer, then subscribed again to
+    the filter at QoS 0. After a restart the message went as a QoS 0 PUBLISH, without the
+    packet id the device holds, and a QoS 2 one's id got a PUBREL though the device had sent
+    no PUBREC; a reconnect without a restart sends it as it went (MQTT-4.4.0-1)."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device = _subscribed(target, "device", "jobs/#", 2)
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/1", b"held", qos)
+        publisher.stop()
+        kind, body = read(device)
+        assert kind == 0x30 | qos << 1  # no DUP: not answered
+        held = publish_fields(body)
+        device.sendall(subscribe(2, "jobs/#", 0))
+        assert read(device)[0] == 0x90
+        device.close()
+        until(
+            lambda: _sent_in_record(target, "device") > 0,
+            "no record of the close names what was in flight",
+        )
+        server = _restart(server, signal.SIGTERM, target)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        kind, body = read(device)
+        assert kind == 0x38 | qos << 1  # its QoS, DUP (it came at QoS 0: 0x30)
+        assert publish_fields(body) == held  # under its packet id
+        assert nothing(device, within=0.5)  # no PUBREL before its PUBREC, no other copy
         device.close()
     finally:
         stop(server)
