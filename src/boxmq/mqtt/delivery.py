@@ -724,12 +724,15 @@ class Delivery:
         under its packet id again, with DUP (outbox.push_again), or held past the window."""
         packet_id = _taken(session, before, qos2=publish.qos == 2)
         went_at = 2 if packet_id in session.sent_qos2_before else 1
-        if publish.qos < went_at:
-            # Its subscription granted less since (a SUBSCRIBE again): the client holds it
-            # under this id as a message of the QoS it went at, and it comes again so
-            # (MQTT-4.4.0-1, as outbox.resend does without a restart). A QoS 1 copy of a
+        # A record that names no subscriptions (an older boxmq's) may be older than its
+        # `sent_qos2` too: a copy is not lowered on its word, only raised.
+        if publish.qos < went_at or (publish.qos > went_at and before[0] is not None):
+            # Its subscription granted another QoS since (a SUBSCRIBE again): the client
+            # holds it under this id as a message of the QoS it went at, and it comes again
+            # so (MQTT-4.4.0-1, as outbox.resend does without a restart). A QoS 1 copy of a
             # QoS 2 one it delivered a second time; a QoS 0 copy left its id held for good,
-            # and the id, taken for settled, was sent a PUBREL the client had not asked for.
+            # and the id, taken for settled, was sent a PUBREL the client had not asked for;
+            # a QoS 2 copy of a QoS 1 one began an exchange for an id the client had done with.
             publish = replace(publish, qos=went_at)  # once a message after a restart
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
