@@ -656,15 +656,15 @@ class Delivery:
         if before is None and message.envelope.expired(now):
             self._lapse(session, message)
             return
-        if publish.qos == 0:
+        if before is not None:  # whatever QoS its subscription grants now: `_send_again`
+            self._send_again(session, publish, message, before, now)
+        elif publish.qos == 0:
             if message.queue.startswith(SHARE_PREFIX) and self._too_large(session, publish):
                 # Acked first (at most once), it could no longer go to another member.
                 self._decline(session, message)
                 return
             message.ack()
             self.deliver(session, publish, None)
-        elif before is not None:
-            self._send_again(session, publish, message, before, now)
         else:
             self.deliver(session, publish, message)
 
@@ -723,12 +723,17 @@ class Delivery:
         """A message the process before this one sent and the client did not acknowledge:
         under its packet id again, with DUP (outbox.push_again), or held past the window."""
         packet_id = _taken(session, before, qos2=publish.qos == 2)
-        if publish.qos == 1 and packet_id in session.sent_qos2_before:
-            # Sent at QoS 2, and its subscription granted QoS 1 since (a SUBSCRIBE again):
-            # the client holds it under this id as a QoS 2 message, which comes again as it
-            # went (MQTT-4.4.0-1, as outbox.resend does without a restart); a QoS 1 copy
-            # it delivered a second time.
-            publish = replace(publish, qos=2)  # once a message after a restart: no hot path
+        went_at = 2 if packet_id in session.sent_qos2_before else 1
+        # A record that names no subscriptions (an older boxmq's) may be older than its
+        # `sent_qos2` too: a copy is not lowered on its word, only raised.
+        if publish.qos < went_at or (publish.qos > went_at and before[0] is not None):
+            # Its subscription granted another QoS since (a SUBSCRIBE again): the client
+            # holds it under this id as a message of the QoS it went at, and it comes again
+            # so (MQTT-4.4.0-1, as outbox.resend does without a restart). A QoS 1 copy of a
+            # QoS 2 one it delivered a second time; a QoS 0 copy left its id held for good,
+            # and the id, taken for settled, was sent a PUBREL the client had not asked for;
+            # a QoS 2 copy of a QoS 1 one began an exchange for an id the client had done with.
+            publish = replace(publish, qos=went_at)  # once a message after a restart
         sent = session.outbox.push_again(publish, message, packet_id, now)
         client = self._links.get(session.client_id)
         if client is not None and sent is not None:  # None: past the window, held

@@ -26,6 +26,7 @@ from tests.integration.mqtt.clients import stop_process as stop
 from tests.integration.mqtt.raw import (
     Received,
     connect_packet,
+    nothing,
     open_raw,
     packet,
     puback,
@@ -369,6 +370,89 @@ def test_a_qos2_message_in_flight_goes_again_at_qos2_after_a_downgrade_and_a_kil
         assert present
         kind, body = read(device)
         assert (kind, publish_fields(body)) == (0x3C, held)  # QoS 2 again, DUP
+        device.close()
+    finally:
+        stop(server)
+
+
+@pytest.mark.parametrize("qos", [1, 2])
+def test_a_message_in_flight_goes_again_at_its_qos_after_a_downgrade_to_qos0_and_a_restart(
+    tmp_path: Path, qos: int
+) -> None:
+    """The device was sent a QoS 1 or 2 message it did not answer, then subscribed again to
+    the filter at QoS 0. After a restart the message went as a QoS 0 PUBLISH, without the
+    packet id the device holds, and a QoS 2 one's id got a PUBREL though the device had sent
+    no PUBREC; a reconnect without a restart sends it as it went (MQTT-4.4.0-1)."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device = _subscribed(target, "device", "jobs/#", 2)
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/1", b"held", qos)
+        publisher.stop()
+        kind, body = read(device)
+        assert kind == 0x30 | qos << 1  # no DUP: not answered
+        held = publish_fields(body)
+        device.sendall(subscribe(2, "jobs/#", 0))
+        assert read(device)[0] == 0x90
+        device.close()
+        until(
+            lambda: _sent_in_record(target, "device") > 0,
+            "no record of the close names what was in flight",
+        )
+        server = _restart(server, signal.SIGTERM, target)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        kind, body = read(device)
+        assert kind == 0x38 | qos << 1  # its QoS, DUP (it came at QoS 0: 0x30)
+        assert publish_fields(body) == held  # under its packet id
+        assert nothing(device, within=0.5)  # no PUBREL before its PUBREC, no other copy
+        device.close()
+    finally:
+        stop(server)
+
+
+def test_a_qos1_copy_goes_again_at_qos1_after_an_upgrade_to_qos2_and_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A QoS 2 message waited in the device's dropbox (Receive Maximum 1) while the device
+    subscribed again at QoS 1, went to it at QoS 1, and the device subscribed again at QoS 2
+    before answering it. After a restart the copy went again under its packet id at QoS 2,
+    the QoS granted now (a QoS 2 exchange for an id the client holds as a QoS 1 message);
+    a reconnect without a restart sends it as it went, at QoS 1 (MQTT-4.4.0-1)."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device, _ = open_raw(target, "device", clean=False, expiry=300, receive_maximum=1)
+        device.sendall(subscribe(1, "jobs/#", 2))
+        assert read(device)[0] == 0x90
+        publisher = paho(target, "publisher")
+        publisher.publish("jobs/1", b"first", 2)
+        publisher.publish("jobs/2", b"held", 2)
+        publisher.stop()
+        kind, body = read(device)
+        assert kind == 0x34
+        _, first_id = publish_fields(body)
+        device.sendall(subscribe(2, "jobs/#", 1))
+        assert read(device)[0] == 0x90
+        device.sendall(pubrec(first_id))
+        assert read(device)[0] == 0x62  # PUBREL
+        device.sendall(pubcomp(first_id))
+        kind, body = read(device)
+        assert kind == 0x32  # the one that waited, at the QoS granted now
+        held = publish_fields(body)
+        device.sendall(subscribe(3, "jobs/#", 2))
+        assert read(device)[0] == 0x90
+        device.close()
+        until(
+            lambda: _sent_in_record(target, "device") > 0,
+            "no record of the close names what was in flight",
+        )
+        server = _restart(server, signal.SIGTERM, target)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        kind, body = read(device)
+        assert kind == 0x3A  # QoS 1 as it went, DUP (it came at QoS 2: 0x3C)
+        assert publish_fields(body) == held
+        assert nothing(device, within=0.5)
         device.close()
     finally:
         stop(server)
