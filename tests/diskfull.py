@@ -1,5 +1,6 @@
 """The file system's refusals, for real, for tests: a full disk (a small tmpfs mounted in the
-test, filled until the kernel says ENOSPC, then freed), a read-only one (the tmpfs remounted
+test, filled until the kernel says ENOSPC, then freed; or a small ext4, where a rename may
+need room too), a read-only one (the tmpfs remounted
 ro, then rw again), and a root another user may not change (a command run as nobody: root
 passes every permission check). Needs root (mount, setpriv); skipped where the container
 does not allow it."""
@@ -14,12 +15,14 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-__all__ = ["SmallDisk", "as_nobody", "shared_folder", "small_disk"]
+__all__ = ["SmallDisk", "as_nobody", "shared_folder", "small_disk", "small_ext4_disk"]
 
 _SIZE = "8m"  # room for a root and its dropboxes; filled in well under a second
+_EXT4_SIZE = 8 << 20  # the same room on ext4
 
 
 class SmallDisk:
@@ -93,22 +96,51 @@ def small_disk(folder: Path, *, inodes: int | None = None) -> Iterator[SmallDisk
     """Mount a tmpfs at `folder` for the block, with room for `inodes` files and folders
     if given (a disk out of inodes is as full as one out of blocks); unmounted afterwards,
     even on failure. CI runs as root: there a tmpfs that cannot be mounted fails the test."""
-    folder.mkdir(parents=True, exist_ok=True)
     options = f"size={_SIZE}" + (f",nr_inodes={inodes}" if inodes is not None else "")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
+    with _mounted(folder, "a tmpfs", ["-t", "tmpfs", "-o", options, "tmpfs"]):
+        yield SmallDisk(folder)
+
+
+@contextlib.contextmanager
+def small_ext4_disk(folder: Path) -> Iterator[SmallDisk]:
+    """Mount a small ext4 at `folder` for the block (an image beside it, in a loop device);
+    unmounted afterwards. Where a tmpfs never needs room for a rename, ext4 does once the
+    blocks of the folder renamed into are full of names (1 KiB blocks here: a dozen or two
+    message names), as on the disks brokers run on."""
+    image = folder.with_name(f"{folder.name}.ext4")
+    with open(image, "wb") as made:
+        made.truncate(_EXT4_SIZE)
+    if shutil.which("mkfs.ext4") is None:
+        _cannot("make an ext4 here: no mkfs.ext4")
+    formatted = subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-b", "1024", "-N", "4096", str(image)],
         capture_output=True,
         check=False,
     )
-    if mounted.returncode != 0:
-        why = f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{why} (CI runs as root and mounts it)")
-        pytest.skip(why)
-    try:
+    if formatted.returncode != 0:
+        _cannot(f"cannot make an ext4 here: {formatted.stderr.decode().strip()}")
+    with _mounted(folder, "an ext4", ["-o", "loop", str(image)]):
         yield SmallDisk(folder)
+
+
+@contextlib.contextmanager
+def _mounted(folder: Path, what: str, arguments: Sequence[str]) -> Iterator[None]:
+    """`mount arguments folder` for the block; unmounted afterwards, even on failure. CI runs
+    as root: there a file system that cannot be mounted fails the test."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", *arguments, str(folder)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        _cannot(f"cannot mount {what} here: {mounted.stderr.decode().strip()}")
+    try:
+        yield
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _cannot(why: str) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI runs as root and mounts it)")
+    pytest.skip(why)
 
 
 _NOBODY = 65534

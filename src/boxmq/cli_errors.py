@@ -29,7 +29,7 @@ def os_error(
     if error.errno == errno.EEXIST and os.path.islink(where):
         # makedirs on a link to nothing (or to itself): no file stands there to move away
         hint = f": a symbolic link to {os.readlink(where)}, which is no folder; make that folder"
-    if hint and _within(where, data):
+    if hint and _within(where, data) and error.errno not in _OF_THE_PROCESS:
         hint += f" (or choose another {root})"
     if error.filename2 is not None:
         where += f" -> {os.fsdecode(error.filename2)}"
@@ -112,9 +112,15 @@ _HINTS_BY_ERRNO = {
     # df -h may show room left on a disk out of inodes (many small files: one a message).
     errno.ENOSPC: ": the disk is full (df -h), or out of inodes (df -i); free some space",
     errno.EDQUOT: ": the disk quota is used up; free some space",
+    errno.EMFILE: ": raise this process's limit of open files (ulimit -n)",
+    errno.ENFILE: ": the system's open files are all taken; raise fs.file-max",
     errno.EADDRINUSE: " (another program listens there: stop it, or choose another {listener})",
     errno.EADDRNOTAVAIL: " (this machine has no such address: choose another {listener})",
 }
+
+
+# Limits of the process or the system, not of the place: another root would not help.
+_OF_THE_PROCESS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 def is_listener_error(error: OSError) -> bool:

@@ -1,8 +1,8 @@
 """The embedded API where the file system refuses a move (a read-only file system, EROFS,
 made for real: a small tmpfs remounted ro, tests/diskfull.py): the call raises the OSError,
 no message is lost or moved, and everything goes on once the disk takes changes again.
-The full disk's tests are in test_cli.py and mqtt/test_mqtt_disk_full.py (and one here: a
-spare's refusal named)."""
+The full disk's tests are in test_cli.py and mqtt/test_mqtt_disk_full.py (and here: a
+spare's refusal named, and a sweep on a full ext4)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from harness.output import read_line
-from tests.diskfull import small_disk
+from tests.diskfull import small_disk, small_ext4_disk
+from tests.waiting import waited
 
 import boxmq
 
@@ -252,3 +253,42 @@ def _put_until_full(queue: boxmq.Queue) -> list[str]:
             sent.append(queue.put(b"x%d" % len(sent)))
     assert full.value.errno == errno.ENOSPC
     return sent
+
+
+def test_a_sweep_whose_moves_a_full_disk_refuses_still_deletes_what_frees_it(
+    tmp_path: Path,
+) -> None:
+    """On ext4 a move into expired/ needs a new block of the folder once its blocks are full
+    of names. On a full disk each sweep raised that ENOSPC at the first expired message of
+    the first queue it visited, before the purge of its processed/ and before any other
+    queue's visit: the files past their retention that would have freed the disk were never
+    deleted, and every put was refused until someone deleted files by hand."""
+    with (
+        small_ext4_disk(tmp_path / "disk") as disk,
+        boxmq.open(disk.path / "data", fsync="never", spares=0, processed_retention=2) as box,
+    ):
+        # Visited in order of name: "a" refuses its expiries, and has nothing to purge.
+        expiring, done = box.queue("a"), box.queue("b")
+        done.put_many([b"x" * 1000] * 100)
+        with done.consumer("c", max_in_flight=100) as consumer:
+            while (message := consumer.receive(timeout=0.5)) is not None:
+                message.ack()
+        # More names than expired/'s first block holds, expired well before processed/ is
+        # due for its purge: the sweeps meet the refused moves first.
+        for queue in (expiring, done):
+            queue.put_many([boxmq.Outgoing(b"e%d" % n, expires_in=0.1) for n in range(40)])
+        disk.fill()
+
+        def swept() -> bool:
+            """A sweep passed, once every message expired and processed/ was purged."""
+            try:
+                box.sweep()
+            except OSError as error:
+                if error.errno != errno.ENOSPC:
+                    raise
+                return False
+            counts = [queue.counts() for queue in (expiring, done)]
+            return all((c.ready, c.done, c.expired) == (0, 0, 40) for c in counts)
+
+        assert waited(swept, within=10, every=0.1), (expiring.counts(), done.counts())
+        done.put(b"room again")

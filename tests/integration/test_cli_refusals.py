@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,42 @@ def test_serve_s_sweeps_on_a_root_turned_read_only_are_told_once_and_run_again_a
             assert json.loads(ok(root, "--json", "ls"))["queues"][0]["ready"] == 1
         finally:
             stop_process(server)
+
+
+def _open_files_at_most(limit: int) -> None:
+    """In a child: its limit of open files, as `ulimit -n` sets it."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def test_a_command_out_of_open_files_says_to_raise_the_limit(tmp_path: Path) -> None:
+    """A command whose process ran out of descriptors (EMFILE) said `boxmq subscribe:
+    <root>/.deleting: Too many open files` and nothing of what to do, where the full disk
+    says what to free. Run under limits from the lowest Python starts with upward, until
+    one lets the command through: each refusal on the way says what to raise."""
+    root = tmp_path / "data"
+    ok(root, "publish", "t/a", "made")  # the root and topic-root exist
+    command = [sys.executable, "-m", "boxmq.cli", "--data", str(root), "subscribe", "t/#"]
+    command += ["--idle", "0"]
+    told = []
+    for limit in range(4, 32):
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=partial(_open_files_at_most, limit),
+        )
+        if done.returncode == 0:
+            break
+        if "Fatal Python error" in done.stderr:
+            continue  # too low for the interpreter itself to start
+        if "Too many open files" in done.stderr:
+            assert done.returncode == 1, done
+            assert "Traceback" not in done.stderr, done.stderr
+            told.append(done.stderr.strip())
+    else:
+        pytest.fail("subscribe never passed under 32 open files")
+    assert told, "no limit low enough to refuse the command once Python started"
+    for line in told:
+        assert line.startswith(f"boxmq subscribe: {root}/"), line
+        assert line.endswith(": raise this process's limit of open files (ulimit -n)"), line

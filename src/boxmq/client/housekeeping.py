@@ -350,6 +350,7 @@ class Housekeeping:
         settle = not self.options.polling
         limits = self.options.limits
         reports = {}
+        refused: OSError | None = None
         for name, path in boxes:
             quiet.pop(path, None)
             # Taken before the visit: a change made during it (by another process) is one
@@ -369,17 +370,24 @@ class Housekeeping:
             # Further off than the longest wait set below: the clock was stepped back since
             # (`periodic_due`), which put off the move of its expired messages by the step.
             expire = periodic_due(now, expiry := self._next_expiry.get(path, 0.0), _EXPIRY_AT_MOST)
-            reports[name] = report = sweep(
-                dropbox,
-                now=now,
-                policy=self.options.policy,
-                limits=limits,
-                name=name,
-                purge=purge,
-                purge_expired=purge_expired,
-                expire=expire,
-                markers=markers,
-            )
+            try:
+                reports[name] = report = sweep(
+                    dropbox,
+                    now=now,
+                    policy=self.options.policy,
+                    limits=limits,
+                    name=name,
+                    purge=purge,
+                    purge_expired=purge_expired,
+                    expire=expire,
+                    markers=markers,
+                )
+            except OSError as error:
+                # One folder's refusal (a full disk, a folder of another user) ends its own
+                # visit only: the others' locks and purges, which may give the disk its room
+                # back, go on. The first is raised once every folder was visited.
+                refused = refused or error
+                continue
             if expire:
                 # A big target/ is looked through for expirations less often, in proportion
                 # to its size (a minute at most): 400,000 names take about 0.4 s, 40 % of a
@@ -393,6 +401,8 @@ class Housekeeping:
                 quiet[path] = _Quiet(folders, seen, due, report.holders - {self._token})
             if path not in queue_paths:
                 self._due.keep(path, name, due, report.holders - {self._token})
+        if refused is not None:
+            raise refused
         if subscriptions is not None:  # done: a pass the disk failed is made again next time
             self._next_full = now + FULL_SWEEP_EVERY
             # Those of folders deleted since are forgotten (every folder was visited).

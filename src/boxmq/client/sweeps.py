@@ -393,10 +393,19 @@ def sweep(
     """`markers`: the folder of the exactly-once "delivered" markers of the root. `purge`,
     `purge_expired`: whether processed/ and expired/ are looked through for their retention."""
     pending = Pending()
-    released, dead = release_stale_locks(
-        box, now=now, policy=policy, limits=limits, pending=pending
-    )
-    expired, looked = expire_ready(box, now=now, pending=pending) if expire else (0, 0)
+    released = dead = expired = looked = 0
+    refused: OSError | None = None
+    try:
+        released, dead = release_stale_locks(
+            box, now=now, policy=policy, limits=limits, pending=pending
+        )
+        if expire:
+            expired, looked = expire_ready(box, now=now, pending=pending)
+    except OSError as error:
+        # A move the file system refused: on ext4 a full disk refuses one into a folder whose
+        # blocks are full of names. The deletes below still run, since they are what gives
+        # a full disk its room back; the refusal is raised after them.
+        refused = error
     abandoned, undelivered = _remove_older(
         box,
         State.WORKING,
@@ -430,6 +439,8 @@ def sweep(
     if purge_expired and limits.expired_retention is not None:
         # Its age there is since it expired (the rename's ctime), not since it was made.
         expired_purged, _ = _remove_older(box, State.EXPIRED, now=now, age=limits.expired_retention)
+    if refused is not None:
+        raise refused
     # processed/ is not counted in `due`: its purge has its own rhythm (Box.sweep); nor are
     # expirations when target/ was not looked through (`expire`): Box.sweep knows when it is.
     return SweepReport(

@@ -108,6 +108,7 @@ class Outbox(Generic[T]):
         "_next_id",
         "_queued",
         "_queued_bytes",
+        "_queued_qos0",
         "_reserved",
         "byte_limit",
         "dropped",
@@ -124,6 +125,9 @@ class Outbox(Generic[T]):
         # Behind the window, with when each was queued; None until one is.
         self._queued: deque[tuple[Publish, T, float]] | None = None
         self._queued_bytes = 0  # the messages in `_queued` (`held_size`)
+        # The QoS 0 ones among them: a queue full of QoS 1/2 (a subscriber that stopped
+        # reading) refuses each message more without looking through it for one to drop.
+        self._queued_qos0 = 0
         self._next_id = 1
         self._reserved: set[int] | None = None  # packet ids to be taken again (`reserve`)
         self._held: deque[int] | None = None  # in flight, not resent yet: the window was full
@@ -177,6 +181,8 @@ class Outbox(Generic[T]):
             queued = self._queued = deque()
         queued.append((publish, token, now))
         self._queued_bytes += size
+        if not publish.qos:
+            self._queued_qos0 += 1
         return None
 
     def acked(self, packet_id: int, stage: Stage, refused: bool) -> Acked[T]:
@@ -242,6 +248,8 @@ class Outbox(Generic[T]):
                 break
             waiting.popleft()
             self._queued_bytes -= held_size(publish)
+            if not publish.qos:
+                self._queued_qos0 -= 1
             interval = publish.properties.message_expiry_interval
             if interval:
                 left = math.ceil(interval - (now - queued))
@@ -386,7 +394,7 @@ class Outbox(Generic[T]):
         tokens += [token for _, token, _ in self._queued or ()]
         self._in_flight.clear()
         self._held = self._queued = None
-        self._queued_bytes = 0
+        self._queued_bytes = self._queued_qos0 = 0
         return tokens
 
     def _start(self, publish: Publish, token: T, now: float) -> Publish:
@@ -410,11 +418,13 @@ class Outbox(Generic[T]):
 
     def _drop_oldest_qos0(self) -> bool:
         queued = self._queued
-        for index, (publish, _, _) in enumerate(queued or ()):
+        if not self._queued_qos0 or queued is None:
+            return False
+        for index, (publish, _, _) in enumerate(queued):
             if not publish.qos:
-                assert queued is not None
                 del queued[index]
                 self._queued_bytes -= held_size(publish)
+                self._queued_qos0 -= 1
                 self.dropped += 1
                 return True
         return False

@@ -504,13 +504,27 @@ class Subscribing:
                 return None
 
             client.jobs.append(Job(write, lambda _: self._delivery.pump(session)))
-        for read in reads:  # a few at once; more are read by a worker, off the loop
-            self._send_retained(session, read, read.take())
+        try:
+            for read in reads:  # a few at once; more are read by a worker, off the loop
+                self._send_retained(session, read, read.take())
+        except OSError as error:  # its files are read as they are reached (retained_reading)
+            self._retained_refused(client, error)
+            return
         pending = [read for read in reads if not read.over]
         if pending:
             self._read_later(client, session, wanted, pending)
             return
         self._retained_sent(client, session, wanted)
+
+    def _retained_refused(self, client: Client, error: OSError) -> None:
+        """The file system failed the look for a new subscription's retained messages after
+        its SUBACK (EMFILE, EIO): the client is closed with one ERROR line, as for a look at
+        the disk failed while its packets are read (server.py), and subscribes again once it
+        reconnects. Raised out of the answer behind the client's disk work (fsync=always),
+        the error was logged with a traceback and the client went without them, untold."""
+        failure = store_failure(error)
+        log.error("%s: closing: %s", client.link.peer, failure)
+        self._kick(client, _R.UNSPECIFIED_ERROR, f"closed by the server: {failure}")
 
     def _send_retained(self, session: Session, read: _Read, chunk: list[Found]) -> None:
         now = self._clock.now()

@@ -222,3 +222,31 @@ def test_a_listener_refused_at_start_leaves_no_socket_open(tmp_path: Path) -> No
     with socket.socket() as again:  # the first listener's socket was closed: its port is free
         again.bind(("127.0.0.1", free))
         again.listen()
+
+
+@pytest.mark.parametrize("fsync", ["always", "never"])
+def test_a_subscribe_whose_retained_look_finds_no_descriptor_closes_its_client_told(
+    tmp_path: Path, fsync: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The look for the retained messages of a clean session's SUBSCRIBE opens the topic's
+    file, after the SUBACK: under fsync=always (serve's default), where the SUBACK waits
+    behind the client's disk work, with no descriptor left the OSError raised out of the
+    answer, was logged with its traceback, and the client went on without its retained
+    messages, never told. Now it is closed with one ERROR line, as when that look fails
+    while its packets are read (fsync=never), and subscribes again once it reconnects."""
+    caplog.set_level(logging.INFO)
+    with start_server(tmp_path / "root", fsync=fsync) as running:
+        sock, _ = open_raw(running, "s", clean=True, expiry=0)  # in memory: no disk work
+        with sock, no_descriptor_left():
+            sock.sendall(subscribe(1, "a/b", 1))
+            assert read(sock) == (0x90, b"\x00\x01\x00\x01")  # SUBACK: granted QoS 1
+            assert read(sock) == (0xE0, b"\x80")  # DISCONNECT: unspecified error
+            assert read(sock) == (0, b"")
+        again, _ = open_raw(running, "s", clean=True, expiry=0)
+        with again:
+            again.sendall(subscribe(1, "a/b", 1))
+            assert read(again) == (0x90, b"\x00\x01\x00\x01")
+    [told] = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert ": closing: the store failed at" in told
+    assert "EMFILE" in told
+    assert not [r for r in caplog.records if r.exc_info]
