@@ -15,7 +15,7 @@ from boxmq import cli_output as output
 from boxmq.client import Box, Peeked, Queue, QueueCounts
 from boxmq.client.lifecycle import shown
 from boxmq.errors import Conflict, QueueNotFound
-from boxmq.store.layout import DELETING_DIR, State, broken_target, queue_path
+from boxmq.store.layout import DELETING_DIR, State, broken_target, clear_deleting, queue_path
 from boxmq.store.names import GET_TOKEN
 from boxmq.store.process import process_alive, token_pid
 
@@ -171,11 +171,15 @@ def delete(args: argparse.Namespace, box: Box) -> int:
     except QueueNotFound as error:
         if broken_target(queue_path(box.root, args.queue)) is not None:
             return _delete(args, box)  # its locks cannot be read: target/ is not a folder
-        if (ends := _unsubscribe_line(box, args.queue)) is None:
-            raise
-        raise QueueNotFound(
-            f"{error}; {args.queue!r} is a subscription, not a queue: {ends}"
-        ) from None
+        said = str(error)
+        if (ends := _unsubscribe_line(box, args.queue)) is not None:
+            said += f"; {args.queue!r} is a subscription, not a queue: {ends}"
+        # A delete cut short (Ctrl-C, a kill) says the next delete removes the files it left:
+        # the user runs it again, and finds the queue gone.
+        if clear_deleting(box.root):
+            leftovers = os.path.join(box.root, DELETING_DIR)
+            said += f"; the files a delete cut short left in {leftovers}/ are removed now"
+        raise QueueNotFound(said) from None
     # Looked at twice without --force, and both are needed: this look (processing/ alone,
     # once: it counts the locks and says who holds them) comes before the rename, which
     # cannot be undone (a put makes the queue again at its path at once); the count below

@@ -3470,6 +3470,35 @@ def test_a_delete_stopped_by_ctrl_c_says_the_queue_is_gone_and_who_clears_the_re
     assert not (root / ".deleting").exists()
 
 
+def test_a_delete_run_again_after_one_cut_short_removes_what_that_one_left(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Stopped amid its deletes (Ctrl-C, or a SIGKILL), a delete leaves files in .deleting/,
+    # which its message says "the next delete" removes: the user runs the same command
+    # again, which found no queue and left them, taking the space until some other queue
+    # was deleted or `boxmq serve` swept (the crash probe of stop 63).
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([b"x"] * 5)
+    rmtree = shutil.rmtree
+
+    def ctrl_c(path: str, *args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # what SIGINT raises amid the deletes
+
+    monkeypatch.setattr(shutil, "rmtree", ctrl_c)
+    assert cli.main(["--data", str(root), "delete", "jobs"]) == 130
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert os.listdir(root / ".deleting")
+    again = boxmq_cli(root, "delete", "jobs")
+    assert again.returncode == 1
+    assert again.stderr == (
+        f"boxmq delete: no queue 'jobs' under {root} (see `boxmq ls`); the files a delete "
+        f"cut short left in {root}/.deleting/ are removed now\n"
+    )
+    assert not (root / ".deleting").exists()
+    again = boxmq_cli(root, "delete", "jobs")  # nothing left: the refusal alone
+    assert again.stderr == f"boxmq delete: no queue 'jobs' under {root} (see `boxmq ls`)\n"
+
+
 def test_a_delete_stopped_by_ctrl_c_before_its_rename_says_the_queue_is_not_deleted(
     root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

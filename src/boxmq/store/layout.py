@@ -220,23 +220,27 @@ _DELETED_BYTES = 16
 _DELETED = re.compile(f"[0-9a-f]{{{2 * _DELETED_BYTES}}}")  # the names remove_folder gives
 
 
-def clear_deleting(root: str) -> None:
+def clear_deleting(root: str) -> int:
     """Delete what is in `<root>/.deleting/` (the dropbox just renamed there, and any a
     process killed while deleting left), then the folder itself, so that on most roots it is
-    not there: one scandir that finds nothing (a sweep of `boxmq serve` calls this)."""
+    not there: one scandir that finds nothing (a sweep of `boxmq serve` calls this). How many
+    folders it found there."""
     deleting = os.path.join(root, DELETING_DIR)
     try:
         entries = list(os.scandir(deleting))
     except FileNotFoundError:
-        return
+        return 0
+    found = 0
     for entry in entries:
         if _DELETED.fullmatch(entry.name):
             shutil.rmtree(entry.path, ignore_errors=True)
+            found += 1
         # Else not ours: `.deleting` is a queue made by hand (hidden folders are, before
         # boxmq took this name), whose state folders and messages the sweep wiped.
     # Another delete may have renamed a folder in meanwhile (ENOTEMPTY): it clears it.
     with contextlib.suppress(OSError):
         os.rmdir(deleting)
+    return found
 
 
 def list_dropboxes(root: str) -> list[str]:
