@@ -2165,6 +2165,9 @@ def test_a_state_whose_folder_the_option_does_not_take_gets_no_folder_named(
         # Another tool's word for a command, far from it in spelling.
         (("list",), "'help') (did you mean ls?)"),
         (("rm", "q"), " (did you mean delete?)"),
+        # One spelt near another command: the word it stands for wins, not the look-alike
+        # (`nack` is 0.86 of `ack`, which would settle for good what was meant to go back).
+        (("nack", "q", "x"), " (did you mean reject?)"),
     ],
 )
 def test_a_misspelt_command_or_choice_is_told_the_word_meant(
