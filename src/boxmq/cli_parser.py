@@ -136,10 +136,12 @@ def _near_choice(action: argparse.Action, value: object) -> str:
 _OTHER_WORDS: Final = {
     "list": "ls",
     "send": "put",
+    "enqueue": "put",  # spelt near requeue, which redrives error/ instead
     "pub": "publish",
     "sub": "subscribe",
     "receive": "get",
     "consume": "get",
+    "dequeue": "get",
     "release": "unlock",
     "nack": "reject",
     "redrive": "requeue",

@@ -2168,6 +2168,8 @@ def test_a_state_whose_folder_the_option_does_not_take_gets_no_folder_named(
         # One spelt near another command: the word it stands for wins, not the look-alike
         # (`nack` is 0.86 of `ack`, which would settle for good what was meant to go back).
         (("nack", "q", "x"), " (did you mean reject?)"),
+        (("enqueue", "q", "x"), " (did you mean put?)"),  # not requeue, a redrive of error/
+        (("dequeue", "q"), " (did you mean get?)"),
     ],
 )
 def test_a_misspelt_command_or_choice_is_told_the_word_meant(
