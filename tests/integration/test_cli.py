@@ -3475,6 +3475,34 @@ def test_a_delete_stopped_by_ctrl_c_says_the_queue_is_gone_and_who_clears_the_re
     assert not (root / ".deleting").exists()
 
 
+def test_a_delete_stopped_by_ctrl_c_while_it_counts_stops_there_as_its_line_says(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between the rename and the deletes the moved folder is counted (a second for 200,000):
+    # a Ctrl-C there went on to delete every file (minutes on some disks), then said that
+    # some were left in .deleting/, where nothing was.
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([b"x"] * 5)
+
+    def ctrl_c(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # what SIGINT raises amid the count
+
+    monkeypatch.setattr("boxmq.client.box.counts_of", ctrl_c)
+    assert cli.main(["--data", str(root), "delete", "jobs"]) == 130
+    monkeypatch.undo()
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == (
+        f"boxmq delete: interrupted: jobs is deleted, but some of its files are left in "
+        f"{root}/.deleting/, which the next delete or a sweep of `boxmq serve` removes\n"
+    )
+    assert os.listdir(root / ".deleting")  # stopped there, as said
+    assert json.loads(ok(root, "--json", "ls"))["queues"] == []
+    with boxmq.open(root) as box:
+        box.sweep()
+    assert not (root / ".deleting").exists()
+
+
 def test_a_delete_stopped_by_ctrl_c_before_its_rename_says_the_queue_is_not_deleted(
     root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
