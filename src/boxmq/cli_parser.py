@@ -123,9 +123,11 @@ def _near_choice(action: argparse.Action, value: object) -> str:
     if not isinstance(value, str) or action.choices is None:
         return ""
     choices = [str(choice) for choice in action.choices]
-    meant = _closest(value, choices)
-    if meant is None and _OTHER_WORDS.get(value) in choices:
-        meant = _OTHER_WORDS[value]
+    # Another tool's word first: it says what was meant, where a look-alike only guesses
+    # (`nack` is spelt near `ack`, which would settle for good what was meant to go back).
+    meant = _OTHER_WORDS.get(value)
+    if meant not in choices:
+        meant = _closest(value, choices)
     return f" (did you mean {meant}?)" if meant else ""
 
 
@@ -134,10 +136,12 @@ def _near_choice(action: argparse.Action, value: object) -> str:
 _OTHER_WORDS: Final = {
     "list": "ls",
     "send": "put",
+    "enqueue": "put",  # spelt near requeue, which redrives error/ instead
     "pub": "publish",
     "sub": "subscribe",
     "receive": "get",
     "consume": "get",
+    "dequeue": "get",
     "release": "unlock",
     "nack": "reject",
     "redrive": "requeue",

@@ -2165,6 +2165,11 @@ def test_a_state_whose_folder_the_option_does_not_take_gets_no_folder_named(
         # Another tool's word for a command, far from it in spelling.
         (("list",), "'help') (did you mean ls?)"),
         (("rm", "q"), " (did you mean delete?)"),
+        # One spelt near another command: the word it stands for wins, not the look-alike
+        # (`nack` is 0.86 of `ack`, which would settle for good what was meant to go back).
+        (("nack", "q", "x"), " (did you mean reject?)"),
+        (("enqueue", "q", "x"), " (did you mean put?)"),  # not requeue, a redrive of error/
+        (("dequeue", "q"), " (did you mean get?)"),
     ],
 )
 def test_a_misspelt_command_or_choice_is_told_the_word_meant(
@@ -3497,6 +3502,34 @@ def test_a_delete_run_again_after_one_cut_short_removes_what_that_one_left(
     assert not (root / ".deleting").exists()
     again = boxmq_cli(root, "delete", "jobs")  # nothing left: the refusal alone
     assert again.stderr == f"boxmq delete: no queue 'jobs' under {root} (see `boxmq ls`)\n"
+
+
+def test_a_delete_stopped_by_ctrl_c_while_it_counts_stops_there_as_its_line_says(
+    root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between the rename and the deletes the moved folder is counted (a second for 200,000):
+    # a Ctrl-C there went on to delete every file (minutes on some disks), then said that
+    # some were left in .deleting/, where nothing was.
+    with boxmq.open(root, fsync="never") as box:
+        box.queue("jobs").put_many([b"x"] * 5)
+
+    def ctrl_c(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # what SIGINT raises amid the count
+
+    monkeypatch.setattr("boxmq.client.box.counts_of", ctrl_c)
+    assert cli.main(["--data", str(root), "delete", "jobs"]) == 130
+    monkeypatch.undo()
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == (
+        f"boxmq delete: interrupted: jobs is deleted, but some of its files are left in "
+        f"{root}/.deleting/, which the next delete or a sweep of `boxmq serve` removes\n"
+    )
+    assert os.listdir(root / ".deleting")  # stopped there, as said
+    assert json.loads(ok(root, "--json", "ls"))["queues"] == []
+    with boxmq.open(root) as box:
+        box.sweep()
+    assert not (root / ".deleting").exists()
 
 
 def test_a_delete_stopped_by_ctrl_c_before_its_rename_says_the_queue_is_not_deleted(
