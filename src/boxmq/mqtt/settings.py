@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from boxmq.host_names import host_port
+
 __all__ = [
     "Authenticator",
     "Authorizer",
@@ -49,12 +51,6 @@ class Listener:
 def listener_url(host: str, port: int, *, tls: bool) -> str:
     """`mqtt://host:port` (`mqtts` with TLS)."""
     return f"{'mqtts' if tls else 'mqtt'}://{host_port(host, port)}"
-
-
-def host_port(host: str, port: int) -> str:
-    """`host:port`, an IPv6 address in brackets as URLs write it (RFC 3986 §3.2.2): `[::1]:1883`,
-    not `::1:1883`, whose port cannot be told from the address."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def open_to_anyone(settings: MqttSettings, listener: Listener, address: str) -> bool:

@@ -26,6 +26,7 @@ from slixmpp.xmlstream import StanzaBase
 from boxmq.client.box import Box
 from boxmq.core.durations import spelled
 from boxmq.errors import BoxMQError
+from boxmq.host_names import host_port
 from boxmq.xmpp import ns
 from boxmq.xmpp.records import ComponentHeld, hold_component
 from boxmq.xmpp.service import QueueService
@@ -175,10 +176,9 @@ class QueueComponent(ComponentXMPP):
             self._told_left_over = True
             self.service.tell_left_over(self._after_written)
         log.info(
-            "XMPP component %s connected to %s:%d",
+            "XMPP component %s connected to %s",
             self.domain,
-            self.settings.host,
-            self.settings.port,
+            host_port(self.settings.host, self.settings.port),
         )
 
     def _stream_error(self, error: StanzaBase) -> None:
@@ -216,10 +216,9 @@ class QueueComponent(ComponentXMPP):
 
     def _connection_failed(self, error: object) -> None:
         log.warning(
-            "cannot reach the XMPP server at %s:%d (%s); retrying (check --xmpp-server and "
+            "cannot reach the XMPP server at %s (%s); retrying (check --xmpp-server and "
             "that the server listens for components there)",
-            self.settings.host,
-            self.settings.port,
+            host_port(self.settings.host, self.settings.port),
             error,
         )
 
