@@ -403,7 +403,8 @@ class Subscribing:
                     text,
                 )
             return _Wanted(text, _R.NOT_AUTHORIZED)
-        held = session.subscriptions.get(text)
+        # One it is leaving is on disk too, holding what it was sent (`_remove_subscription`).
+        held = session.subscriptions.get(text) or session.leaving.get(text)
         options = SubscriptionOptions(
             qos=request.qos,
             # One on disk stays there: a session resumed with expiry 0 is not persistent, but
@@ -792,12 +793,14 @@ class Subscribing:
             # its outbox, its later answers settle nothing), settled first so that a member
             # joining meanwhile is not sent them again.
             last = False
-            if parsed.shared and held is not None and _holds_some(held):
-                last = self._last_member(session, parsed)
+            if held is not None and _holds_some(held):
+                last = parsed.shared and self._last_member(session, parsed)
                 if not last:
                     # MQTT-3.10.4-3: what it was sent it completes, not another member: it
                     # takes nothing more, and closes once those are settled
-                    # (Delivery.close_drained).
+                    # (Delivery.close_drained). A plain subscription's dropbox is deleted
+                    # then, not now: their files in it are what a restart sends again
+                    # (MQTT-4.4.0-1), its session's record naming it among those `leaving`.
                     held.pause()
                     session.leaving[text] = options
                     return True
