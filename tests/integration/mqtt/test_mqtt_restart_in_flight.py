@@ -274,6 +274,41 @@ def test_an_unsubscribed_filters_dropbox_goes_at_the_last_ack_of_what_it_had_in_
         stop(server)
 
 
+def test_a_filter_subscribed_again_while_what_it_had_in_flight_is_unsettled_skips_the_gap(
+    tmp_path: Path,
+) -> None:
+    """MQTT-3.10.4-2: after its UNSUBACK, nothing more of the filter is the client's. One it
+    subscribes to again while the dropbox its UNSUBSCRIBE kept still holds a message in
+    flight takes that dropbox back: the message in flight stays its own, and what was
+    published to the filter in between is not sent (a new subscription gets what comes
+    after its SUBSCRIBE)."""
+    target, server = serve_fresh(tmp_path)
+    try:
+        device = _subscribed(target, "device", "us/#", 1)
+        publisher = paho(target, "publisher")
+        publisher.publish("us/a", b"held", 1)
+        [held] = take_publishes(device, 1)
+        _unsubscribe(device, "us/#")
+        publisher.publish("us/b", b"between", 1)
+        device.sendall(subscribe(3, "us/#", 1))
+        assert read(device)[0] == 0x90
+        publisher.publish("us/c", b"after", 1)
+        publisher.stop()
+        [after] = take_publishes(device, 1)
+        assert after.payload == b"after"
+        assert publishes(device, within=0.5) == []
+        device.sendall(puback(held.packet_id))
+        device.sendall(puback(after.packet_id))
+        device.close()
+        server = _restart(server, signal.SIGTERM, target)
+        device, present = open_raw(target, "device", clean=False, expiry=300)
+        assert present
+        assert publishes(device, within=0.5) == []  # all settled: nothing again
+        device.close()
+    finally:
+        stop(server)
+
+
 def test_what_an_unsubscribed_filter_had_in_flight_goes_with_its_session(
     tmp_path: Path,
 ) -> None:
