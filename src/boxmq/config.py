@@ -501,6 +501,9 @@ def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
 # A number with its unit and no quotes (sweep_interval = 30s): TOML reads the number, then
 # finds more on the line.
 _UNQUOTED_UNIT: Final = re.compile(r"[0-9][0-9_.]*\s*[A-Za-z]+")
+# A word without quotes that begins as TOML's inf or nan (log_level = info): TOML reads the
+# number and finds more on the line, where any other word is an "Invalid value".
+_UNQUOTED_WORD: Final = re.compile(r"(inf|nan)[A-Za-z0-9_-]+")
 
 
 def _toml_hint(problem: str, line: str) -> str | None:
@@ -516,6 +519,8 @@ def _toml_hint(problem: str, line: str) -> str | None:
     if equals and problem.startswith("Expected newline") and _UNQUOTED_UNIT.fullmatch(value):
         written = value.replace(" ", "")
         return f'a value with a unit is a string, in double quotes: {key} = "{written}"'
+    if equals and problem.startswith("Expected newline") and _UNQUOTED_WORD.fullmatch(value):
+        return f'a string goes in double quotes: {key} = "{value}"'
     if equals and problem.startswith("Unescaped '\\'") and value.startswith('"'):
         plain = value.strip('"')
         return (

@@ -568,6 +568,18 @@ def test_only_a_duration_past_100_years_is_told_the_integer_to_write(
             "sweep_interval = 30s  # every half minute (a value with a unit is a string, in "
             'double quotes: sweep_interval = "30s")',
         ),
+        # A word TOML begins to read as a number (inf, nan) and stops in: log_level's default,
+        # unquoted, was told "one key = value a line" where `debug` was told its quotes.
+        (
+            "log_level = info",
+            "Expected newline or end of document after a statement (at line 1, column 16): "
+            'log_level = info (a string goes in double quotes: log_level = "info")',
+        ),
+        (
+            "dispatch = nano  # a typo",
+            "Expected newline or end of document after a statement (at line 1, column 15): "
+            'dispatch = nano  # a typo (a string goes in double quotes: dispatch = "nano")',
+        ),
         # An INI file's comment, or C's: TOML's begin with #.
         (
             "; the root\ndata = 'd'",
