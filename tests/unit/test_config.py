@@ -70,6 +70,25 @@ def test_the_start_up_line_says_when_the_file_sets_nothing(
     assert line == (expected if empty else f"config: {path}")
 
 
+def test_a_config_read_from_a_pipe_takes_its_relative_names_from_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--config <(envsubst < boxmq.toml.in)` (configuration.md) names /dev/fd/63, whose folder
+    is no place of the user's: `data = "state"` was /dev/fd/state (and under /dev/stdin a root
+    made in /dev), and `password_file = "passwd"` one that never exists."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    monkeypatch.chdir(tmp_path)
+    read, write = os.pipe()
+    os.write(write, b'data = "state"\n[security]\npassword_file = "passwd"\n')
+    os.close(write)
+    try:
+        config = load_config(f"/dev/fd/{read}")
+    finally:
+        os.close(read)
+    assert config.data == tmp_path / "state"
+    assert config.security.password_file == tmp_path / "passwd"
+
+
 def test_every_setting(tmp_path: Path) -> None:
     set_password(tmp_path / "passwd", "alice", b"wonder")
     (tmp_path / "acl").write_text("user alice\ntopic alice/#\n")
