@@ -257,7 +257,8 @@ def _load(source: Path, base: ServeConfig, *, read_files: bool) -> ServeConfig:
     files it names (`session_config`): their keys are checked, their listeners' TLS contexts
     left None and no authenticator or authorizer made."""
     document = _read_toml(source)
-    top = Table(document, source=source, homes=_homes(), foreign=MOSQUITTO_KEYS)
+    folder = _names_folder(source)
+    top = Table(document, source=source, folder=folder, homes=_homes(), foreign=MOSQUITTO_KEYS)
     listed = isinstance(document.get("mqtt"), dict) and bool(document["mqtt"].get("listener"))
     data = top.path("data")
     fsync = top.choice("fsync", FsyncPolicy.words())
@@ -339,6 +340,25 @@ def session_config(path: str | os.PathLike[str]) -> ServeConfig:
     return _load(Path(path), ServeConfig(), read_files=False)
 
 
+def _names_folder(source: Path) -> Path:
+    """The folder the config file's relative names are taken from: its own, so that the file
+    and the files it names move together; the current directory for one read as it comes (a
+    pipe, `--config <(envsubst < boxmq.toml.in)`, /dev/stdin, a FIFO, a device), whose
+    folder (/dev/fd) is no place of the user's: `data = "state"` was /dev/fd/state."""
+    try:
+        regular = stat.S_ISREG(os.stat(source).st_mode)
+    except OSError:
+        regular = True  # gone since it was read: its folder, as for any file
+    return source.parent if regular else Path.cwd()
+
+
+def _which_folder(source: Path, folder: Path) -> str:
+    """The folder `_names_folder` chose, in words, for an error about a file not there."""
+    if folder == source.parent:
+        return "the config file's folder"
+    return "the current directory, the config file being read as it comes"
+
+
 def _sets_nothing(document: dict[str, Any]) -> bool:
     """No key of the file has a value but a table that sets nothing either: an empty file, one
     of comments (the example's every line commented out), or `[mqtt]` alone."""
@@ -353,9 +373,10 @@ def _missing(document: dict[str, Any], key: str, path: Path | None, source: Path
     the config file's to place (it was said as "" taken from its folder)."""
     if path is None or path.exists():
         return ""
+    folder = _names_folder(source)
     written = document.get("security", {}).get(key)
     where = (
-        f"{json.dumps(written)} is taken from {source.parent}, the config file's folder; "
+        f"{json.dumps(written)} is taken from {folder}, {_which_folder(source, folder)}; "
         if isinstance(written, str) and not Path(written).expanduser().is_absolute()
         else ""
     )
@@ -501,6 +522,9 @@ def _toml_error(error: tomllib.TOMLDecodeError, text: str) -> str:
 # A number with its unit and no quotes (sweep_interval = 30s): TOML reads the number, then
 # finds more on the line.
 _UNQUOTED_UNIT: Final = re.compile(r"[0-9][0-9_.]*\s*[A-Za-z]+")
+# A word without quotes that begins as TOML's inf or nan (log_level = info): TOML reads the
+# number and finds more on the line, where any other word is an "Invalid value".
+_UNQUOTED_WORD: Final = re.compile(r"(inf|nan)[A-Za-z0-9_-]+")
 
 
 def _toml_hint(problem: str, line: str) -> str | None:
@@ -516,6 +540,8 @@ def _toml_hint(problem: str, line: str) -> str | None:
     if equals and problem.startswith("Expected newline") and _UNQUOTED_UNIT.fullmatch(value):
         written = value.replace(" ", "")
         return f'a value with a unit is a string, in double quotes: {key} = "{written}"'
+    if equals and problem.startswith("Expected newline") and _UNQUOTED_WORD.fullmatch(value):
+        return f'a string goes in double quotes: {key} = "{value}"'
     if equals and problem.startswith("Unescaped '\\'") and value.startswith('"'):
         plain = value.strip('"')
         return (

@@ -36,12 +36,15 @@ class Table:
         values: dict[str, Any],
         *,
         source: Path,
+        folder: Path | None = None,
         path: str = "",
         homes: Mapping[str, str] | None = None,
         foreign: Mapping[str, str] | None = None,
     ) -> None:
         self._values = values
         self._source = source
+        # Where relative file names are taken from: the file's folder unless told otherwise.
+        self._folder = source.parent if folder is None else folder
         self._path = path  # "mqtt.listener[2]": where this table sits, for messages
         self._used: set[str] = set()
         # Where each key of the file goes ("in [mqtt.limits]"), said of one found elsewhere.
@@ -216,7 +219,8 @@ class Table:
             raise InvalidArgument(f'{error} (or "{FOREVER}")') from None
 
     def path(self, key: str) -> Path | None:
-        """A file name; a relative one is taken from the config file's folder."""
+        """A file name; a relative one is taken from the config file's folder (the folder
+        the table was given)."""
         value = self.string(key)
         if value is None:
             return None
@@ -239,7 +243,7 @@ class Table:
             # "~ada/state" of a user this machine does not have (or "~" with neither $HOME
             # nor a user entry): pathlib raised RuntimeError, which serve showed as a traceback.
             raise self.error(key, no_home_folder(value)) from None  # as the CLI words it
-        return self._source.parent / named
+        return self._folder / named
 
     def _table_given(self, key: str, value: object) -> str:
         """What to write for a key of one value that the file made a table, "" for another
@@ -282,7 +286,12 @@ class Table:
     def _child(self, values: dict[str, Any], path: str) -> Table:
         """The table `values` at `path` inside this one: of its file, with its hints."""
         return Table(
-            values, source=self._source, path=path, homes=self._homes, foreign=self._foreign
+            values,
+            source=self._source,
+            folder=self._folder,
+            path=path,
+            homes=self._homes,
+            foreign=self._foreign,
         )
 
     def tables(self, key: str, *, if_empty: str) -> Iterator[Table]:

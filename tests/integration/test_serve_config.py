@@ -327,6 +327,34 @@ def test_a_private_key_in_der_form_is_told_how_to_convert_it(tmp_path: Path) -> 
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_the_conversion_of_a_der_key_never_writes_over_the_certificate_converted_before_it(
+    tmp_path: Path,
+) -> None:
+    """A Windows export in DER, server.cer and server.key: the certificate is told first, and
+    converted as told into server.pem; the key was then told `-out server.pem` too, and the
+    line as given wrote the key over that certificate. A PEM name already taken is not given."""
+    _self_signed_certificate(tmp_path)
+    key = tmp_path / "server.key"
+    subprocess.run(
+        ["openssl", "pkey", "-in", str(key), "-outform", "der", "-out", str(tmp_path / "der")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    (tmp_path / "der").replace(key)
+    (tmp_path / "server.crt").rename(tmp_path / "server.pem")  # the certificate, converted
+    config = tmp_path / "boxmq.toml"
+    config.write_text(
+        '[[mqtt.listener]]\nport = 0\ntls = { cert = "server.pem", key = "server.key" }\n'
+    )
+    done = _serve_refused(config, tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"boxmq serve: {config}: mqtt.listener[1].tls.key: TLS key file {key} holds no PEM "
+        "private key, and looks like one in DER (binary) form: convert it with `openssl pkey "
+        f"-inform der -in {key} -out {tmp_path / 'server.key.pem'}` and give the new file\n"
+    )
+
+
 def test_a_misspelt_access_in_the_acl_stops_serve_rather_than_lose_a_deny(
     tmp_path: Path,
 ) -> None:

@@ -70,6 +70,25 @@ def test_the_start_up_line_says_when_the_file_sets_nothing(
     assert line == (expected if empty else f"config: {path}")
 
 
+def test_a_config_read_from_a_pipe_takes_its_relative_names_from_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--config <(envsubst < boxmq.toml.in)` (configuration.md) names /dev/fd/63, whose folder
+    is no place of the user's: `data = "state"` was /dev/fd/state (and under /dev/stdin a root
+    made in /dev), and `password_file = "passwd"` one that never exists."""
+    set_password(tmp_path / "passwd", "alice", b"wonder")
+    monkeypatch.chdir(tmp_path)
+    read, write = os.pipe()
+    os.write(write, b'data = "state"\n[security]\npassword_file = "passwd"\n')
+    os.close(write)
+    try:
+        config = load_config(f"/dev/fd/{read}")
+    finally:
+        os.close(read)
+    assert config.data == tmp_path / "state"
+    assert config.security.password_file == tmp_path / "passwd"
+
+
 def test_every_setting(tmp_path: Path) -> None:
     set_password(tmp_path / "passwd", "alice", b"wonder")
     (tmp_path / "acl").write_text("user alice\ntopic alice/#\n")
@@ -567,6 +586,18 @@ def test_only_a_duration_past_100_years_is_told_the_integer_to_write(
             "Expected newline or end of document after a statement (at line 1, column 20): "
             "sweep_interval = 30s  # every half minute (a value with a unit is a string, in "
             'double quotes: sweep_interval = "30s")',
+        ),
+        # A word TOML begins to read as a number (inf, nan) and stops in: log_level's default,
+        # unquoted, was told "one key = value a line" where `debug` was told its quotes.
+        (
+            "log_level = info",
+            "Expected newline or end of document after a statement (at line 1, column 16): "
+            'log_level = info (a string goes in double quotes: log_level = "info")',
+        ),
+        (
+            "dispatch = nano  # a typo",
+            "Expected newline or end of document after a statement (at line 1, column 15): "
+            'dispatch = nano  # a typo (a string goes in double quotes: dispatch = "nano")',
         ),
         # An INI file's comment, or C's: TOML's begin with #.
         (

@@ -99,7 +99,12 @@ def _no_pem_certificate(path: Path, what: str) -> str:
 def _converted(path: Path, command: str) -> str:
     """The openssl line that writes `path`'s DER as PEM beside it (`command`: x509 for a
     certificate, pkey for a key), as an error says it."""
-    pem = path.with_suffix(".pem") if path.suffix != ".pem" else Path(f"{path}.pem")
+    pem = path.with_suffix(".pem")
+    # A name already taken is no output: a Windows export's server.cer and server.key are told
+    # in turn, and the key's line, given server.pem once the certificate was converted there,
+    # wrote the key over that certificate.
+    if pem == path or pem.exists():
+        pem = Path(f"{path}.pem")
     return (
         f"convert it with `openssl {command} -inform der -in {shlex.quote(str(path))} "
         f"-out {shlex.quote(str(pem))}` and give the new file"

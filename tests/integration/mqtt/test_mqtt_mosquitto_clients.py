@@ -7,11 +7,14 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from harness.output import read_line
 from tests.integration.mqtt.clients import RunningServer, mosquitto_tools
 from tests.waiting import waited
+
+from boxmq.mqtt.settings import Limits
 
 N = 300  # messages per stream: enough to interleave, bounded for a shared 2-core machine
 
@@ -250,3 +253,26 @@ def test_one_mosquitto_sub_in_two_groups_and_a_plain_subscription_gets_a_copy_fr
     _pub_lines(server, "t/x", 1, ["m"], "-V", version)
     out, _ = sub.communicate(timeout=60)
     assert out.split() == ["m", "m", "m"]
+
+
+def _publish_file(server: RunningServer, body: Path, *args: str) -> int:
+    """mosquitto_pub -f BODY's exit status (bounded: a hang is a failure, not a wait)."""
+    command = ["mosquitto_pub", "-p", str(server.port), "-h", server.host, "-t", "big", *args]
+    done = subprocess.run(
+        ["timeout", "-k", "5", "30", *command, "-f", str(body)], capture_output=True, check=False
+    )
+    return done.returncode
+
+
+def test_a_body_over_max_packet_size_from_mosquitto_pub_as_the_mqtt_page_says(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """docs/mqtt.md, Limits and backpressure: a v5 mosquitto_pub drops a body over the
+    CONNACK's Maximum Packet Size itself and exits 0; a 3.1.1 one sends it and the server
+    closes the connection, which only a QoS 1/2 publish waits to see: at QoS 0 it has sent
+    its PUBLISH and DISCONNECT and exits 0 all the same (the page said it exits non-zero)."""
+    body = tmp_path / "big.json"
+    body.write_bytes(b"x" * (Limits().max_packet_size + 1))
+    assert _publish_file(server, body, "-V", "5") == 0
+    assert _publish_file(server, body, "-V", "311") == 0
+    assert _publish_file(server, body, "-V", "311", "-q", "1") != 0
