@@ -46,9 +46,9 @@ _READ = 1 << 16  # below malloc's mmap threshold: a small body costs no mmap/mun
 _READ_FLAGS = (
     os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
 )
-# Makings of a dropbox a delete may cut short in a row before the last one's error is raised
-# (as layout.remove_folder's renames that keep finding the folder gone).
-_MAKING_TRIES = 100
+# Makings of a dropbox that deletes may cut short in a row before it gives up (as
+# records._TRIES: 100 ran out in a test whose thread deletes the queue in a tight loop).
+_MAKING_TRIES = 1000
 _NOT_A_FILE = frozenset({errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EAGAIN})
 
 
@@ -186,13 +186,15 @@ class Dropbox:
         """Make the folder and its state folders. A delete that takes the folder away
         meanwhile (layout.remove_folder renames it) cuts the making short: it starts again,
         as it would have after the delete, until a making is not cut short."""
-        for _ in range(_MAKING_TRIES - 1):
+        for _ in range(_MAKING_TRIES):
             try:
                 self._make_folders()
                 return
             except FileNotFoundError:
                 continue
-        self._make_folders()
+        raise FileNotFoundError(
+            errno.ENOENT, f"made {_MAKING_TRIES} times and deleted each time", self.path
+        )
 
     def _make_folders(self) -> None:
         """In State's order, working/ before target/: a making cut short leaves no folder
