@@ -472,6 +472,51 @@ def test_a_put_to_a_queue_deleted_meanwhile_says_so(box: boxmq.Box, root: Path) 
     assert box.queue("jobs").counts().ready == 1
 
 
+@pytest.mark.parametrize("batch", [1, 10])
+def test_a_put_racing_a_delete_and_a_making_again_raises_queue_not_found_or_passes(
+    box: boxmq.Box, batch: int
+) -> None:
+    # One thread puts through the Queue it made once, one deletes the queue, one makes it
+    # again. A put whose folder was deleted under it and made again (whole, or half: working/
+    # without target/ yet) before it looked why its rename failed raised a bare
+    # FileNotFoundError naming working/, or TargetMissing advising a mkdir of target/.
+    jobs = box.queue("jobs")
+    stop = threading.Event()
+    refused: list[BaseException] = []
+    wrong: list[BaseException] = []
+
+    def produce() -> None:
+        while not stop.is_set():
+            try:
+                jobs.put(b"x") if batch == 1 else jobs.put_many([b"x"] * batch)
+            except boxmq.QueueNotFound as error:
+                refused.append(error)
+            except Exception as error:  # what the test is looking for
+                wrong.append(error)
+
+    def churn(step: Callable[[], object]) -> None:
+        for _ in range(80):
+            step()
+            stop.wait(0.003)
+
+    threads = [
+        threading.Thread(target=produce),
+        threading.Thread(target=churn, args=(lambda: box.delete_queue("jobs"),)),
+        threading.Thread(target=churn, args=(lambda: box.queue("jobs"),)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads[1:]:
+        thread.join(timeout=30)
+    stop.set()
+    threads[0].join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    folder = str(box.root)  # left out of what is said, for the message to show whole
+    assert [f"{type(error).__name__}: {error}".replace(folder, "") for error in wrong] == []
+    assert refused  # the race was run: some puts met a delete
+    assert all("'jobs' was deleted" in str(error) for error in refused)
+
+
 @pytest.mark.parametrize("fsync", ["always", "interval", "never"])
 def test_a_put_to_a_queue_whose_target_was_moved_meanwhile_says_so_and_leaves_nothing(
     root: Path, fsync: str

@@ -3,11 +3,14 @@ made again under the name starts afresh."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,47 @@ def test_delete_closes_consumers_and_a_new_queue_starts_afresh(box: boxmq.Box) -
     assert message is not None
     assert message.body == b"new"
     fresh.close()
+
+
+def test_a_queue_made_while_another_thread_deletes_it_is_made_whole_or_not_at_all(
+    box: boxmq.Box, root: Path
+) -> None:
+    # Dropbox made its state folders with makedirs: a delete that took the folder away after
+    # its target/ was made had the next makedirs make the folder again around processing/
+    # and the rest alone, which every put took for a target/ moved aside (TargetMissing)
+    # and delete_queue for no queue (False, the folder left); or box.queue raised the
+    # FileNotFoundError of a mkdir whose parent had just gone.
+    folder = root / "jobs"
+    failures: list[str] = []
+    broken: list[list[str]] = []
+
+    def make() -> None:
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                box.queue("jobs")
+            except Exception as error:  # what the test is looking for
+                failures.append(f"{type(error).__name__}: {error}")
+
+    maker = threading.Thread(target=make)
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the two threads take turns within a making, not between
+    try:
+        maker.start()
+        while maker.is_alive():
+            box.delete_queue("jobs")
+            with contextlib.suppress(FileNotFoundError):
+                entries = os.listdir(folder)  # one look: no delete and making between two
+                if "processing" in entries and "target" not in entries:
+                    broken.append(sorted(entries))
+        maker.join()
+    finally:
+        sys.setswitchinterval(switching)
+    assert failures == []
+    assert broken == []
+    made = (folder / "target").is_dir()
+    assert box.delete_queue("jobs") is made
+    assert not folder.exists()
 
 
 def _delete_in_another_process(root: str, name: str) -> None:

@@ -1067,6 +1067,57 @@ def test_a_message_in_error_names_the_consumer_that_held_it_last(
         assert held == sent
 
 
+def test_a_lock_that_times_out_after_its_message_expired_is_logged_as_expiring(
+    manual_box: boxmq.Box, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A received message whose lock timed out after its expiration passed was logged
+    # "timed out by w: redelivering", then moved to expired/: nobody got it again.
+    jobs = manual_box.queue("jobs")
+    message_id = jobs.put(b"brief", expires_in=5)
+    kept = jobs.put(b"kept")
+    with caplog.at_level(logging.INFO, logger="boxmq"), jobs.consumer("w", lock_timeout=10) as w:
+        held = w.receive_nowait()
+        assert held is not None
+        assert held.id == message_id
+        clock.advance(11)  # the expiration (5 s) passed while it was locked, then the lock ended
+        again = w.receive_nowait()
+        assert again is not None
+        assert again.id == kept
+        again.ack()
+    said = [r.getMessage() for r in caplog.records if message_id in r.getMessage()]
+    assert said == [f"jobs: {message_id} timed out by w after it expired: to expired/"]
+    assert not [r for r in caplog.records if "redelivering" in r.getMessage()]
+    assert (jobs.counts().expired, jobs.counts().done) == (1, 1)
+
+
+def test_a_sweep_releasing_another_box_s_lock_after_its_message_expired_says_so(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The sweep of processing/ (boxmq serve's, another Box's) logged a lock of another Box
+    # that timed out after the message's expiration as "redelivering (delivery 2)".
+    holding_clock, sweeping_clock = ManualClock(), ManualClock()
+    with boxmq.open(root, fsync="never", clock=holding_clock) as holding:
+        jobs = holding.queue("jobs")
+        message_id = jobs.put(b"brief", expires_in=5)
+        with jobs.consumer("w", lock_timeout=10) as w:
+            assert w.receive_nowait() is not None
+            sweeping_clock.advance(11)
+            with (
+                caplog.at_level(logging.INFO, logger="boxmq"),
+                boxmq.open(root, fsync="never", clock=sweeping_clock) as sweeping,
+            ):
+                sweeping.sweep()
+                said = [r.getMessage() for r in caplog.records if message_id in r.getMessage()]
+                assert said == [
+                    f"{message_id}: lock of 'w' timed out after it expired: not redelivered, "
+                    "to expired/ at the next look"
+                ]
+                with sweeping.queue("jobs").consumer("next") as taker:
+                    assert taker.receive_nowait() is None  # the look that moves it
+                assert sweeping.queue("jobs").counts().expired == 1
+    assert not [r for r in caplog.records if "redelivering" in r.getMessage()]
+
+
 def test_expired_messages_go_to_expired(manual_box: boxmq.Box, clock: ManualClock) -> None:
     jobs = manual_box.queue("jobs")
     jobs.put(b"stale", expires_in=60)

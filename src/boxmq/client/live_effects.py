@@ -253,15 +253,19 @@ class LiveEffects(HeldLocks):
                 self.name,
                 message.message_id,
             )
+        now = self._clock.now()
         if effect.reason in _TOLD:
             log.info(
-                "%s: %s %s by %s: redelivering",
+                "%s: %s %s by %s%s",
                 self.name,
                 message.message_id,
                 effect.reason.name.lower().replace("_", " "),
                 effect.holder,
+                # Its expiration passed while it was locked: offered again, it goes to
+                # expired/ at once (`_tick`), as it would from any process, given to nobody.
+                " after it expired: to expired/" if message.expired(now) else ": redelivering",
             )
-        self._offer(placed, self._clock.now(), cold=False)
+        self._offer(placed, now, cold=False)
         return False
 
     def _to_error(self, message_id: MessageId, processing: str, dead: str, why: str) -> bool:

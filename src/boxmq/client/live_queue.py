@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from boxmq.client.lifecycle import envelope_of, lock_gone
@@ -29,7 +29,7 @@ from boxmq.client.outliving import Outliving
 from boxmq.clock import periodic_due
 from boxmq.core import Claim, Effect, Extend, Lease, Release
 from boxmq.errors import Closed, InvalidArgument
-from boxmq.model import ConsumerId, MessageId
+from boxmq.model import ConsumerId, Envelope, MessageId
 from boxmq.store.layout import State
 from boxmq.store.watch import Watcher
 
@@ -251,12 +251,23 @@ class LiveQueue(Outliving):
         # test's ManualClock holds still (a receive on it waited for ever). The clock still
         # says when locks end and messages expire.
         end = None if timeout is None else time.monotonic() + timeout
+        # What was taken for the caller, set with no call between the take and it: an
+        # interrupt (Ctrl-C's KeyboardInterrupt, raised at a call) before the caller has it
+        # gives it back (`_not_received`).
+        taken: list[Message | None] = [None]
         try:
-            return self._receive(consumer, end)
-        finally:
-            self._tell_others()
+            try:
+                self._receive(consumer, end, taken)
+            finally:
+                self._tell_others()
+        except BaseException:
+            self._not_received(taken)
+            raise
+        return taken[0]
 
-    def _receive(self, consumer: ConsumerId, end: float | None) -> Message | None:
+    def _receive(
+        self, consumer: ConsumerId, end: float | None, taken: list[Message | None]
+    ) -> None:
         with self._mutex:
             while True:
                 if consumer not in self._inbox or self._closed:  # _check_open, without a call
@@ -264,38 +275,44 @@ class LiveQueue(Outliving):
                 if self._inbox[consumer]:
                     self._expire(self._clock.now())  # never hand out a lock that ran out
                     if (delivery := self._take(consumer)) is not None:
-                        return delivery
+                        taken[0] = delivery
+                        return
                 self._pump(consumer)
                 # _take_live, without its call (one per message)
                 if self._inbox[consumer] and self._engine.due_by(now := self._clock.now()):
                     self._expire(now)
                 if (delivery := self._take(consumer)) is not None:
-                    return delivery
+                    taken[0] = delivery
+                    return
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
-                    return None
+                    return
                 self._wait(self._nap(self._clock.now(), left))
 
     def receive_ready(self, consumer: ConsumerId, most: int | None = None) -> list[Message]:
         """What `receive(consumer, 0)` would return call after call (at most `most`), with
         one pump."""
-        with self._mutex:
-            self._check_open(consumer)
-            self._pump(consumer)
-            ready: list[Message] = []
-            self._expired_ahead = 0
-            while most is None or len(ready) < most:
-                if (delivery := self._take_live(consumer)) is not None:
-                    ready.append(delivery)
-                    continue
-                if not self._expired_ahead:
-                    break
-                # A claim locked ahead expired before this take: its slot is free, and what
-                # waits behind it is handed out now, as receive(consumer, 0) would. Bounded:
-                # each expired message is gone for good.
-                self._expired_ahead = 0
+        ready: list[Message] = []  # as `receive`'s `taken`
+        try:
+            with self._mutex:
+                self._check_open(consumer)
                 self._pump(consumer)
-        self._tell_others()
+                self._expired_ahead = 0
+                while most is None or len(ready) < most:
+                    if (delivery := self._take_live(consumer)) is not None:
+                        ready.append(delivery)
+                        continue
+                    if not self._expired_ahead:
+                        break
+                    # A claim locked ahead expired before this take: its slot is free, and
+                    # what waits behind it is handed out now, as receive(consumer, 0) would.
+                    # Bounded: each expired message is gone for good.
+                    self._expired_ahead = 0
+                    self._pump(consumer)
+            self._tell_others()
+        except BaseException:
+            self._not_received(ready)
+            raise
         return ready
 
     def has_more(self, consumer: ConsumerId) -> bool:
@@ -496,42 +513,81 @@ class LiveQueue(Outliving):
             self._expire(now)
         return self._take(consumer)
 
+    def _not_received(self, taken: Sequence[Message | None]) -> None:
+        """The messages a receive took for its consumer and could not return, an interrupt
+        raised meanwhile (a KeyboardInterrupt the caller catches and carries on from): back
+        at the front of their consumer's inbox, in their order, for its next receive (or its
+        close to give back). Left out of it, each held one of the consumer's slots, locked
+        to it until the lock's end, and nobody had it."""
+        with self._mutex:
+            for message in reversed(taken):
+                if message is not None:
+                    self._back_in_inbox(message.consumer, message.id, message.envelope)
+
+    def _back_in_inbox(
+        self, consumer: ConsumerId, message_id: MessageId, envelope: Envelope | None = None
+    ) -> None:
+        """`message_id` first in `consumer`'s inbox again, if it still holds its lock and it is
+        not there already (`_not_received`, `_take`)."""
+        inbox = self._inbox.get(consumer)
+        if inbox is None or message_id in inbox or message_id not in self._locks:
+            return
+        if _holder(self._engine.lease(message_id)) != consumer:
+            return
+        inbox.appendleft(message_id)
+        if envelope is not None:
+            self._claimed[message_id] = envelope
+
     def _take(self, consumer: ConsumerId) -> Message | None:
         inbox = self._inbox[consumer]
         while inbox:
-            message_id = inbox.popleft()
-            lease = self._engine.lease(message_id)
-            if lease is None or lease.holder != consumer:
-                # Its lock ended before this receive (an ack by id): the engine is done with
-                # it, and may know it again as ready, which a claim_lost would forget.
-                continue
-            processing = self._locks.get(message_id)
-            if processing is None:
-                self._forget(message_id)
-                continue
-            if lease.message.expiration and self._expired_unseen(message_id, consumer):
-                continue
-            body = self._bodies.pop(lease.message.key, None)  # our own put's, if kept
-            if body is None and (body := self._read(processing, lease.message.key)) is None:
-                # Gone from processing/, or renamed there by an extend by id from another
-                # process since we last looked: then it is still ours, under its new name.
-                if (moved := self._relocated(message_id, processing)) is None or (
-                    body := self._read(moved, lease.message.key)
-                ) is None:
-                    self._forget(message_id)  # swept away by another process, or no file
-                    continue
+            # Not popleft(): an interrupt is raised when a call returns, and the id would be
+            # out of the inbox and not yet named here, for `_back_in_inbox` to put back.
+            message_id = inbox[0]
+            del inbox[0]
+            try:
                 lease = self._engine.lease(message_id)
-                if lease is None or lease.deadline <= self._clock.now():
-                    # Shortened, and over: back as it was, never received (still in the inbox).
-                    inbox.appendleft(message_id)
-                    self._expire(self._clock.now())
+                if lease is None or lease.holder != consumer:
+                    # Its lock ended before this receive (an ack by id): the engine is done with
+                    # it, and may know it again as ready, which a claim_lost would forget.
                     continue
-            envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
-            if self._adopted:  # mostly empty: no call per receive
-                self._adopted.discard(message_id)
-            return Message(
-                self.queue, envelope, body, consumer, lease.deadline, self, self.v5, lease.delivery
-            )
+                processing = self._locks.get(message_id)
+                if processing is None:
+                    self._forget(message_id)
+                    continue
+                if lease.message.expiration and self._expired_unseen(message_id, consumer):
+                    continue
+                body = self._bodies.pop(lease.message.key, None)  # our own put's, if kept
+                if body is None and (body := self._read(processing, lease.message.key)) is None:
+                    # Gone from processing/, or renamed there by an extend by id from another
+                    # process since we last looked: then it is still ours, under its new name.
+                    if (moved := self._relocated(message_id, processing)) is None or (
+                        body := self._read(moved, lease.message.key)
+                    ) is None:
+                        self._forget(message_id)  # swept away by another process, or no file
+                        continue
+                    lease = self._engine.lease(message_id)
+                    if lease is None or lease.deadline <= self._clock.now():
+                        # Shortened, and over: back as it was, never received (still in the inbox).
+                        inbox.appendleft(message_id)
+                        self._expire(self._clock.now())
+                        continue
+                envelope = self._claimed.pop(message_id, None) or envelope_of(lease.message.key)
+                if self._adopted:  # mostly empty: no call per receive
+                    self._adopted.discard(message_id)
+                return Message(
+                    self.queue,
+                    envelope,
+                    body,
+                    consumer,
+                    lease.deadline,
+                    self,
+                    self.v5,
+                    lease.delivery,
+                )
+            except BaseException:
+                self._back_in_inbox(consumer, message_id)
+                raise
         return None
 
     def _expired_unseen(self, message_id: MessageId, consumer: ConsumerId) -> bool:

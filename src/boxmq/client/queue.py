@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -224,32 +225,71 @@ class Queue:
             and reply_to is None
             and type is None
         ):
-            try:
-                return self._put_body(body)  # a bare body: no Outgoing to build and read
-            except FileNotFoundError as error:
-                self._check_not_deleted(error)
-                raise
+            return self._put_body(body)  # a bare body: no Outgoing to build and read
         outgoing = Outgoing(body, priority, properties, expires_in, correlation_id, reply_to, type)
         return self.put_many([outgoing])[0]
 
-    def _check_not_deleted(self, error: FileNotFoundError) -> None:
+    def _check_not_deleted(self, error: FileNotFoundError, written: str | None = None) -> None:
         """QueueNotFound if the queue's folder is gone (box.delete_queue, or another process,
         since this Queue was made); TargetMissing, a store failure, if only its target/ is
         (moved aside to be made again, operations.md's "Disk usage"): a state that passes,
         not a delete, so the doors keep the queue's subscribers. Not a FileNotFoundError
         naming a file in working/. A put does not make target/ again itself: without it the
         folder is no queue (DropboxMQ), and a put racing an `rm -rf` or a
-        `mv target target.old && mkdir target` would undo or break it."""
-        if not os.path.isdir(self._box.path):
+        `mv target target.old && mkdir target` would undo or break it.
+
+        Called before the put's file is discarded: where another thread or process has made
+        the queue again since the delete, the folder is there (half made, or whole), and
+        only the file the put wrote, gone with the folder it was written in, tells. The
+        folder is read in one look: another delete or making may come between two. Returns
+        where the file `written` and target/ are both there, or where a write that failed
+        (`written` None) named no path in the queue's folder."""
+        path = self._box.path
+        try:
+            entries = os.listdir(path)
+        except (FileNotFoundError, NotADirectoryError):
             raise QueueNotFound(
-                f"queue {self.name!r} was deleted (no folder {self._box.path}) since this "
+                f"queue {self.name!r} was deleted (no folder {path}) since this "
                 f"Queue was made: box.queue({self.name!r}) makes it again"
             ) from error
         target = self._box.dir(State.TARGET)
-        if not os.path.isdir(target):
+        if State.TARGET.value not in entries:
+            if State.PROCESSING.value not in entries:  # layout.half_made: being made again
+                raise self._deleted(f"{path} is being made again: put again once it is") from error
             raise TargetMissing(
                 error, self.name, target, putting=True, since=" since this Queue was made"
             ) from error
+        if written is None:  # a write that failed: into no working/, or another folder's
+            failed = str(error.filename)
+            if failed == path or failed.startswith(path + os.sep):
+                raise self._deleted(f"{path} was made again since: put again") from error
+        elif not os.path.lexists(written):  # gone with the folder it was written in
+            raise self._deleted(f"{path} was made again since: put again") from error
+        # Else the file is there and so is target/: target/ was away at the rename (moved
+        # aside, or the folder deleted and made again, the file written in a spare or the
+        # new working/), and is back (`_send_again`).
+
+    def _send_again(
+        self, error: FileNotFoundError, written: str | None, send: Callable[[], None]
+    ) -> None:
+        """After a put's send failed with `error`: the error that tells why
+        (`_check_not_deleted`), or, where target/ was away at the rename and is back with
+        the put's file still there, `send` once more, to the queue there now. Failing so
+        again, TargetMissing."""
+        self._check_not_deleted(error, written)
+        try:
+            send()
+        except FileNotFoundError as again:
+            self._check_not_deleted(again, written)
+            target = self._box.dir(State.TARGET)
+            raise TargetMissing(
+                again, self.name, target, putting=True, since=" twice during this put"
+            ) from again
+
+    def _deleted(self, since: str) -> QueueNotFound:
+        """The QueueNotFound of a put a delete of its queue cut short, where the queue's
+        folder is there again (another thread or process made it since)."""
+        return QueueNotFound(f"queue {self.name!r} was deleted during this put, and {since}")
 
     def _put_body(self, body: bytes | str) -> MessageId:
         """`put_many([body])[0]` for one bare body, the common put, in one call instead of
@@ -267,15 +307,23 @@ class Queue:
                 path = box.write_file(name, data, check=check)  # no Move: send_file sends it
             except FileExistsError:  # an id taken in working/: draw again
                 continue
+            except FileNotFoundError as error:  # no working/: a folder deleted
+                self._check_not_deleted(error)
+                raise
             try:
                 box.send_file(path, name)
                 break
-            except FileNotFoundError:
+            except FileNotFoundError as error:
                 if box.lost_spare(path):  # .spare/ was deleted: write again, with the check
                     check = True
                     continue
-                discard_unsent_file(path)  # refused to the caller: never delivered later
-                raise
+                try:
+                    # Before the discard: the file tells where it was written.
+                    self._send_again(error, path, functools.partial(box.send_file, path, name))
+                    break
+                except BaseException:
+                    discard_unsent_file(path)  # refused to the caller: never delivered later
+                    raise
             except BaseException:  # the disk's error, or Closed by a close meanwhile (put_many)
                 discard_unsent_file(path)
                 raise
@@ -306,19 +354,37 @@ class Queue:
                 placed.append(side_file)
                 sent.append((name, envelope, body))
                 ids.append(envelope.message_id)
-            self._box.send(moves)
         except BaseException as error:
-            # The caller hears of a failure (the disk's, or a bad item half-way): none of those
-            # written goes out later, nor waits in working/ for the sweep, nor a side file
-            # made for one of them alone, named by nothing until the hourly collection.
-            for index in discard_unsent(moves):
-                withdraw(self._side_files, placed[index])
-            if isinstance(error, FileNotFoundError):
-                self._check_not_deleted(error)
+            try:
+                if isinstance(error, FileNotFoundError):  # no working/: a folder deleted
+                    self._check_not_deleted(error)
+            finally:
+                self._withdraw(moves, placed)
+            raise
+        try:
+            self._box.send(moves)
+        except FileNotFoundError as error:
+            try:
+                # Before the discard: the files tell where they were written.
+                # The rename that failed names its file (Move.apply).
+                written = error.filename if isinstance(error.filename, str) else None
+                self._send_again(error, written, lambda: self._box.send(_unsent(moves)))
+            except BaseException:
+                self._withdraw(moves, placed)
+                raise
+        except BaseException:
+            self._withdraw(moves, placed)
             raise
         if (live := self._opened()) is not None:
             live.sent(sent)  # our consumers need not wait for the watcher to read the names
         return ids
+
+    def _withdraw(self, moves: list[Move], placed: list[Placed | None]) -> None:
+        """The caller hears of a failure (the disk's, or a bad item half-way): none of those
+        written goes out later, nor waits in working/ for the sweep, nor a side file made for
+        one of them alone, named by nothing until the hourly collection."""
+        for index in discard_unsent(moves):
+            withdraw(self._side_files, placed[index])
 
     def _write(self, outgoing: Outgoing) -> tuple[Envelope, str, Move, bytes, Placed | None]:
         """Write one message in working/ under a fresh id: its envelope, its name, the move
@@ -858,3 +924,8 @@ def _bare(body: bytes | str) -> tuple[bytes, MessageClass]:
     if type(body) is bytes:  # the usual body: body_bytes would return it as it is
         return body, _BYTES
     return body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
+
+
+def _unsent(moves: list[Move]) -> list[Move]:
+    """Those of a put's `moves` whose file is still where it was written: not sent."""
+    return [move for move in moves if os.path.lexists(move.source)]

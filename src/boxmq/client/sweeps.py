@@ -197,13 +197,21 @@ def release_stale_locks(
             assert new is not None  # released_or_dead gives the one or the other
             if box.move(State.PROCESSING, entry.name, State.TARGET, new):
                 released += 1
-                tell(
-                    logging.INFO,
-                    "%s: %s; redelivering (delivery %d)",
-                    envelope.message_id,
-                    why,
-                    count + 1,
-                )
+                if envelope.expired(now):  # given to nobody: the next look at target/ moves it
+                    tell(
+                        logging.INFO,
+                        "%s: %s after it expired: not redelivered, to expired/ at the next look",
+                        envelope.message_id,
+                        why,
+                    )
+                else:
+                    tell(
+                        logging.INFO,
+                        "%s: %s; redelivering (delivery %d)",
+                        envelope.message_id,
+                        why,
+                        count + 1,
+                    )
     tell.summary(box.path)
     return released, dead
 

@@ -46,6 +46,9 @@ _READ = 1 << 16  # below malloc's mmap threshold: a small body costs no mmap/mun
 _READ_FLAGS = (
     os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
 )
+# Makings of a dropbox that deletes may cut short in a row before it gives up (as
+# records._TRIES: 100 ran out in a test whose thread deletes the queue in a tight loop).
+_MAKING_TRIES = 1000
 _NOT_A_FILE = frozenset({errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EAGAIN})
 
 
@@ -173,17 +176,48 @@ class Dropbox:
         self._processing = self._prefixes[State.PROCESSING]
         self._processed = self._prefixes[State.PROCESSED]
         if create:
-            # In State's order, working/ before target/: a making cut short leaves no folder
-            # that layout.target_moved_aside takes for a target/ moved aside (layout.half_made).
-            for directory in self._dirs.values():
-                # One look where the folder is there (a subscription's, made with its
-                # record): makedirs looked at the parent, tried a mkdir and looked again.
-                if not os.path.isdir(directory):
-                    os.makedirs(directory, exist_ok=True)
+            self._make()
         elif no_dropbox(path):
             raise QueueNotFound(f"no queue at {path}")
         elif complete:
             self._complete()
+
+    def _make(self) -> None:
+        """Make the folder and its state folders. A delete that takes the folder away
+        meanwhile (layout.remove_folder renames it) cuts the making short: it starts again,
+        as it would have after the delete, until a making is not cut short."""
+        for _ in range(_MAKING_TRIES):
+            try:
+                self._make_folders()
+                return
+            except FileNotFoundError:
+                continue
+        raise FileNotFoundError(
+            errno.ENOENT, f"made {_MAKING_TRIES} times and deleted each time", self.path
+        )
+
+    def _make_folders(self) -> None:
+        """In State's order, working/ before target/: a making cut short leaves no folder
+        that layout.target_moved_aside takes for a target/ moved aside (layout.half_made).
+        Below a folder known to be there, by mkdir, not makedirs: where a delete had taken
+        the folder away, makedirs made it again around the state folders left to make
+        (processing/ and the rest, without target/: a target/ moved aside to every put, and
+        no queue to the next delete). FileNotFoundError when the folder went meanwhile."""
+        there = False  # whether the dropbox's folder itself is known to be there
+        for directory in self._dirs.values():
+            # One look where the folder is there (a subscription's, made with its
+            # record): makedirs looked at the parent, tried a mkdir and looked again.
+            if os.path.isdir(directory):
+                there = True
+            elif there:
+                try:
+                    os.mkdir(directory)
+                except FileExistsError:  # made by another maker, else no folder: as makedirs
+                    if not os.path.isdir(directory):
+                        raise
+            else:
+                os.makedirs(directory, exist_ok=True)
+                there = True
 
     def _complete(self) -> None:
         """Make the state folders a dropbox made by hand (or by DropboxMQ) may lack: target/
