@@ -246,16 +246,25 @@ class Queue:
         (`written` None) named no path in the queue's folder."""
         path = self._box.path
         try:
-            entries = os.listdir(path)
+            folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
             raise QueueNotFound(
                 f"queue {self.name!r} was deleted (no folder {path}) since this "
                 f"Queue was made: box.queue({self.name!r}) makes it again"
             ) from error
+        try:
+            entries = os.listdir(folder)
+            listed = os.fstat(folder).st_ino
+        finally:
+            os.close(folder)
         target = self._box.dir(State.TARGET)
         if State.TARGET.value not in entries:
             if State.PROCESSING.value not in entries:  # layout.half_made: being made again
                 raise self._deleted(f"{path} is being made again: put again once it is") from error
+            if not _still_at(path, listed):
+                # The folder listed was renamed away by a delete while it was read, and its
+                # files were being deleted there: target/ went first, processing/ was left.
+                raise self._deleted(f"{path} was deleted as it was looked at") from error
             raise TargetMissing(
                 error, self.name, target, putting=True, since=" since this Queue was made"
             ) from error
@@ -924,6 +933,14 @@ def _bare(body: bytes | str) -> tuple[bytes, MessageClass]:
     if type(body) is bytes:  # the usual body: body_bytes would return it as it is
         return body, _BYTES
     return body_bytes(body), _TEXT if isinstance(body, str) else _BYTES
+
+
+def _still_at(path: str, inode: int) -> bool:
+    """Whether the folder whose inode is `inode` is still at `path`."""
+    try:
+        return os.stat(path).st_ino == inode
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def _unsent(moves: list[Move]) -> list[Move]:
