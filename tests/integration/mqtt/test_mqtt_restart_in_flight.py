@@ -112,6 +112,26 @@ def _restart(
     return serve_process(target.root, target.port, *args)
 
 
+def _resumed_after_a_restart(
+    device: socket.socket,
+    server: subprocess.Popen[bytes],
+    how: signal.Signals,
+    target: RunningServer,
+) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """`device` closed, once its session's record names what was in flight (a SIGKILL must
+    come after the close is written), the server restarted by `how`, and the device's session
+    resumed: the new server and connection."""
+    device.close()
+    until(
+        lambda: _sent_in_record(target, "device") > 0,
+        "no record of the close names what was in flight",
+    )
+    server = _restart(server, how, target)
+    device, present = open_raw(target, "device", clean=False, expiry=300)
+    assert present
+    return server, device
+
+
 def _sent_in_record(target: RunningServer, client_id: str) -> int:
     """The messages in flight that the session record of `client_id` names (0: no record)."""
     record = read_record(str(target.root), client_id)
@@ -414,15 +434,8 @@ def test_what_was_in_flight_goes_again_under_its_packet_ids_with_dup(
         held = take_publishes(device, 3)
         assert publishes(device, within=0.5) == []
         assert [m.payload for m in held] == [b"held1", b"held2", b"held3"]
-        device.close()  # its session's record names what was in flight, and under which ids
-        # A SIGKILL must come after the close is written.
-        until(
-            lambda: _sent_in_record(target, "device") > 0,
-            "no record of the close names what was in flight",
-        )
-        server = _restart(server, how, target)
-        device, present = open_raw(target, "device", clean=False, expiry=300)
-        assert present
+        # Its session's record names what was in flight, and under which ids.
+        server, device = _resumed_after_a_restart(device, server, how, target)
         again = take_publishes(device, 3)  # a 4th would fail the check after the PUBACKs
         assert again == [(m.payload, m.packet_id, True) for m in held]
         for _, packet_id, _ in again:
@@ -539,14 +552,7 @@ def test_a_message_in_flight_goes_again_at_its_qos_after_a_downgrade_to_qos0_and
         held = publish_fields(body)
         device.sendall(subscribe(2, "jobs/#", 0))
         assert read(device)[0] == 0x90
-        device.close()
-        until(
-            lambda: _sent_in_record(target, "device") > 0,
-            "no record of the close names what was in flight",
-        )
-        server = _restart(server, signal.SIGTERM, target)
-        device, present = open_raw(target, "device", clean=False, expiry=300)
-        assert present
+        server, device = _resumed_after_a_restart(device, server, signal.SIGTERM, target)
         kind, body = read(device)
         assert kind == 0x38 | qos << 1  # its QoS, DUP (it came at QoS 0: 0x30)
         assert publish_fields(body) == held  # under its packet id
@@ -586,14 +592,7 @@ def test_a_qos1_copy_goes_again_at_qos1_after_an_upgrade_to_qos2_and_a_restart(
         held = publish_fields(body)
         device.sendall(subscribe(3, "jobs/#", 2))
         assert read(device)[0] == 0x90
-        device.close()
-        until(
-            lambda: _sent_in_record(target, "device") > 0,
-            "no record of the close names what was in flight",
-        )
-        server = _restart(server, signal.SIGTERM, target)
-        device, present = open_raw(target, "device", clean=False, expiry=300)
-        assert present
+        server, device = _resumed_after_a_restart(device, server, signal.SIGTERM, target)
         kind, body = read(device)
         assert kind == 0x3A  # QoS 1 as it went, DUP (it came at QoS 2: 0x3C)
         assert publish_fields(body) == held
