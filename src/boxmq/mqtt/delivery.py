@@ -49,7 +49,7 @@ from boxmq.mqtt.reasons import ReasonCode
 from boxmq.mqtt.retained_window import Key, RetainedWindow, Written
 from boxmq.mqtt.routes import MemoryRoutes, Route
 from boxmq.mqtt.session import NO_IDS, Looked, Session, SubscriptionOptions, Token
-from boxmq.mqtt.stored import NOT_FORWARDED, consumer_name, publish_of, unsendable_topic
+from boxmq.mqtt.stored import NOT_FORWARDED, publish_of, unsendable_topic
 
 __all__ = ["Delivery"]
 
@@ -360,9 +360,8 @@ class Delivery:
         return ready
 
     def close_drained(self, session: Session) -> None:
-        """The share groups the session left, and the plain subscriptions it unsubscribed,
-        while it held some of their messages are closed once it holds none, a plain
-        subscription's dropbox deleted then (subscribing.py, `_remove_subscription`)."""
+        """The share groups the session left while it held some of their messages are
+        closed once it holds none (subscribing.py, `_remove_subscription`)."""
         subscribers = self._durable.get(session.client_id, {})
         for text in list(session.leaving):
             subscriber = subscribers.get(text)
@@ -370,18 +369,15 @@ class Delivery:
                 del session.leaving[text]
                 if subscriber is not None:
                     del subscribers[text]
-                    self._close_left(session, text, subscriber)
-
-    def _close_left(self, session: Session, text: str, subscriber: Subscriber) -> None:
-        shared = parse_filter(text).shared
-        try:
-            subscriber.close()
-            if not shared:  # what came since its UNSUBSCRIBE goes with it (MQTT-3.10.4-2)
-                self._box.unsubscribe(text, consumer_name(session.client_id))
-        except OSError as error:
-            # A membership file stays, swept as stale; a dropbox, until `boxmq unsubscribe`.
-            left = "leaving the share group of" if shared else "deleting its subscription to"
-            log.error("client %s: %s %s: %s", session.client_id, left, text, store_failure(error))
+                    try:
+                        subscriber.close()
+                    except OSError as error:  # its membership file stays: swept as stale
+                        log.error(
+                            "client %s: leaving the share group of %s: %s",
+                            session.client_id,
+                            text,
+                            store_failure(error),
+                        )
 
     def _decline(self, session: Session, message: Message) -> None:
         """A share group's message larger than this member's Maximum Packet Size, not sent:

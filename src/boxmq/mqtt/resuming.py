@@ -237,14 +237,9 @@ class Resuming:
             if not self._may_keep(client_id, record, text):
                 continue
             # A membership its record does not name was unsubscribed while it held messages
-            # of the group, and so was a plain subscription its record names as leaving: it
-            # is left once those are settled, and takes no new ones (MQTT-3.10.4-2, -3), as
-            # before the restart.
-            leaving = (
-                record is not None
-                and text not in saved
-                and (parse_filter(text).shared or text in (record.leaving or ()))
-            )
+            # of the group: it is left once those are settled, and takes no new ones
+            # (MQTT-3.10.4-2, -3), as before the restart.
+            leaving = record is not None and text not in saved and parse_filter(text).shared
             delivery = saved.get(text, DeliveryOptions())
             # A share group's record holds the highest QoS any member was granted; the
             # session's record, this member's own (MQTT-3.8.4-8).

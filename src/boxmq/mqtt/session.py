@@ -9,7 +9,7 @@ Invariants:
 - `subscriptions` maps the filter exactly as subscribed ("$share/g/a/#" included) to its
   options; subscribing again to the same filter replaces the options (MQTT 5.0 §3.8.4).
 - The filters a session holds, which `max_subscriptions` caps, are its `subscriptions`, the
-  durable ones it is `leaving` and the filters it is `adding`: each a distinct filter (a
+  share groups it is `leaving` and the filters it is `adding`: each a distinct filter (a
   filter is in one of the three at most), counted by `held_count()` with three len()s.
 - `awaiting_release` holds the packet ids of QoS 2 PUBLISHes answered with PUBREC and not yet
   released (MQTT 5.0 §4.3.3); a repeat of one is answered again and never routed twice.
@@ -154,10 +154,9 @@ class Session:
         # The QoS 2 PUBLISHes read and not yet held (publishing.py, `_publish_later`), by
         # packet id: a QoS 1 one reusing an id meanwhile is refused as if it were held.
         self.entering_release: dict[int, int] | None = None
-        # Share groups and durable subscriptions unsubscribed while the session held some of
-        # their messages: paused (they take nothing more) until those are settled, then
-        # closed, a subscription's dropbox deleted (delivery.py); with the options those go
-        # out with.
+        # Share groups unsubscribed while the session held some of their messages: paused
+        # (they take nothing more) until those are settled, then closed (delivery.py); with
+        # the options those go out with.
         self.leaving: dict[str, SubscriptionOptions] = {}
         # New filters of SUBSCRIBEs whose disk work is not done yet (subscribing.py): counted
         # as held, so that a SUBSCRIBE of a new connection meanwhile cannot pass the cap.

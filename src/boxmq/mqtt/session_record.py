@@ -161,8 +161,7 @@ class SessionRecord:
     sent: tuple[tuple[str, int, str | None], ...] = ()
     sent_qos2: tuple[int, ...] = ()  # those of `sent` sent at QoS 2, by packet id
     # The share groups it unsubscribed from while it held some of their messages (left once
-    # those are settled), and the plain subscriptions (deleted then); None: written by a
-    # boxmq that did not keep them.
+    # those are settled); None: written by a boxmq that did not keep them.
     leaving: tuple[str, ...] | None = None
     # The packet id its next new message takes; None: written by a boxmq that did not keep it.
     next_packet_id: int | None = None
@@ -194,9 +193,9 @@ class SessionRecord:
         counts every membership it does not name as one."""
         if text in self.options:
             return True
-        if self.leaving is None:
-            return text.startswith(SHARE_PREFIX)
-        return text in self.leaving
+        if not text.startswith(SHARE_PREFIX):
+            return False
+        return self.leaving is None or text in self.leaving
 
     def deadline(self) -> float | None:
         """When the session ends if its client stays away; None: it never does, or the client

@@ -51,7 +51,7 @@ from boxmq.client.subscriber import Subscriber
 from boxmq.clock import Clock
 from boxmq.core import QoS, Subscription, TopicFilter, matcher, parse_filter
 from boxmq.core.durations import LONGEST
-from boxmq.errors import BoxMQError, InvalidArgument, QueueNotFound, StoreFailed, store_failure
+from boxmq.errors import BoxMQError, InvalidArgument, StoreFailed, store_failure
 from boxmq.model import ConsumerId, Envelope
 from boxmq.mqtt.clients import Client, Kick, Outgoing, disk_work_ahead, log_level
 from boxmq.mqtt.delivery import Delivery
@@ -403,8 +403,7 @@ class Subscribing:
                     text,
                 )
             return _Wanted(text, _R.NOT_AUTHORIZED)
-        # One it is leaving is on disk too, holding what it was sent (`_remove_subscription`).
-        held = session.subscriptions.get(text) or session.leaving.get(text)
+        held = session.subscriptions.get(text)
         options = SubscriptionOptions(
             qos=request.qos,
             # One on disk stays there: a session resumed with expiry 0 is not persistent, but
@@ -649,8 +648,6 @@ class Subscribing:
         client_id = session.client_id
         old = session.subscriptions.get(text)
         if text in session.leaving:  # subscribed again before it was done leaving: it stays
-            if not parse_filter(text).shared:
-                self._skip_the_gap(session, text)
             del session.leaving[text]
             self._durable[client_id][text].resume()
         if old is not None and old.durable != options.durable:
@@ -665,15 +662,6 @@ class Subscribing:
         if old is None or (old.qos, old.no_local) != (options.qos, options.no_local):
             return partial(self._resubscribe, session, text, options)
         return partial(self._made_again_if_gone, session, text, options)
-
-    def _skip_the_gap(self, session: Session, text: str) -> None:
-        """A plain subscription its session takes back while it is leaving: what waits in
-        its dropbox came while the client was not subscribed (MQTT-3.10.4-2), and goes, as it
-        went with a dropbox deleted at the UNSUBSCRIBE; what it holds in flight stays its own.
-        On the loop: one look into its target/, once per such SUBSCRIBE. An OSError leaves it
-        leaving, the SUBSCRIBE refused for it."""
-        with contextlib.suppress(QueueNotFound):  # gone: nothing waits in it
-            self._box.subscription(text, consumer_name(session.client_id)).purge()
 
     def _resubscribe(self, session: Session, text: str, options: SubscriptionOptions) -> None:
         # Replaced in place: what it holds in flight stays its own (MQTT-3.8.4-3).
@@ -818,14 +806,12 @@ class Subscribing:
             # its outbox, its later answers settle nothing), settled first so that a member
             # joining meanwhile is not sent them again.
             last = False
-            if held is not None and _holds_some(held):
-                last = parsed.shared and self._last_member(session, parsed)
+            if parsed.shared and held is not None and _holds_some(held):
+                last = self._last_member(session, parsed)
                 if not last:
                     # MQTT-3.10.4-3: what it was sent it completes, not another member: it
                     # takes nothing more, and closes once those are settled
-                    # (Delivery.close_drained). A plain subscription's dropbox is deleted
-                    # then, not now: their files in it are what a restart sends again
-                    # (MQTT-4.4.0-1), its session's record naming it among those `leaving`.
+                    # (Delivery.close_drained).
                     held.pause()
                     session.leaving[text] = options
                     return True
