@@ -4,6 +4,7 @@ two threads; a close during a group commit. Every wait is bounded: a hang fails 
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -341,8 +343,8 @@ def test_ctrl_c_in_a_receive_caught_and_carried_on_from_loses_no_slot_nor_messag
     consumer = jobs.consumer("worker", max_in_flight=4, lock_timeout=600)
     armed = [False]  # set and read without a call: no Python call for the interrupt to land in
 
-    def interrupt(signum: int, frame: object) -> None:
-        if armed[0]:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if armed[0] and not _in_pytest(frame):
             raise KeyboardInterrupt
 
     stop = threading.Event()
@@ -361,6 +363,9 @@ def test_ctrl_c_in_a_receive_caught_and_carried_on_from_loses_no_slot_nor_messag
     interrupted = 0
     previous = signal.signal(signal.SIGINT, interrupt)
     sender = threading.Thread(target=send, daemon=True)
+    # No collection while the signals come: an interrupt raised in a gc callback (pytest's
+    # own, which times collections) is unraisable there, and pytest fails the test for it.
+    gc.disable()
     try:
         sender.start()
         deadline = time.monotonic() + 1.5
@@ -382,6 +387,7 @@ def test_ctrl_c_in_a_receive_caught_and_carried_on_from_loses_no_slot_nor_messag
         stop.set()
         sender.join(_PROMPT)
         signal.signal(signal.SIGINT, previous)
+        gc.enable()
     assert interrupted > 0  # interrupts landed in receives (tens to hundreds)
     while len(received) < len(bodies) and (message := consumer.receive(timeout=2)) is not None:
         received.append(message.body)
@@ -390,3 +396,15 @@ def test_ctrl_c_in_a_receive_caught_and_carried_on_from_loses_no_slot_nor_messag
     assert consumer.holding() == 0
     assert jobs.counts().done == len(bodies)
     box.close()
+
+
+def _in_pytest(frame: FrameType | None) -> bool:
+    """Whether a signal handled in `frame` came while pytest's own code ran inside the test's
+    call (its gc callback, its hook for unraisable exceptions), where Python cannot raise an
+    exception and reports it as "Exception ignored in", which pytest fails the test for: a
+    real Ctrl-C landing there is lost, by Python's design, not boxmq's."""
+    while frame is not None and frame.f_code.co_filename != __file__:
+        if "/_pytest/" in frame.f_code.co_filename or "/pluggy/" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
